@@ -1,0 +1,30 @@
+# opus_pg - top-level Makefile (PGXS for the extension + the engine build).
+#
+#   make            the extension library and build/opus_engine
+#   make model      download + verify the default model into models/
+#   make unit       engine unit tests (ASan + UBSan)
+#   make test       everything CI runs (see README)
+
+EXTENSION = opus_pg
+MODULE_big = opus_pg
+OBJS = $(patsubst %.c,%.o,$(sort $(wildcard src/pg/*.c)))
+PG_CPPFLAGS = -Isrc
+PG_CONFIG ?= pg_config
+PGXS := $(shell $(PG_CONFIG) --pgxs)
+# Debian's PGXS wants LLVM bitcode for every object; we ship none.
+override with_llvm = no
+include $(PGXS)
+
+DEFAULT_MODEL_FILE = SmolLM2-135M-Instruct.Q4_1.gguf
+DEFAULT_MODEL = models/$(DEFAULT_MODEL_FILE)
+DEFAULT_MODEL_SHA256 = b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53
+
+include src/engine/engine.mk
+
+all: build/opus_engine
+
+.PHONY: model
+model: $(DEFAULT_MODEL)
+
+$(DEFAULT_MODEL):
+	test/tools/fetch_model.sh $(DEFAULT_MODEL) $(DEFAULT_MODEL_SHA256)

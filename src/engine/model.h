@@ -1,0 +1,147 @@
+/*
+ * model.h - a loaded model (hyperparameters, mapped weights, tokenizer) and
+ * the batched forward pass over a block-based KV cache.
+ *
+ * Structs are split by mutability (llama2.c): struct opus_hparams and the
+ * weights are immutable after opus_model_load and shared by every context;
+ * struct opus_ctx holds the mutable run state (KV block pool, scratch
+ * buffers, thread pool) and is used by one thread at a time.
+ *
+ * KV cache: a pool of n_blocks blocks, each holding K and V for block_size
+ * token positions across all layers.  A sequence (struct opus_seq) owns a
+ * block table; opus_forward appends the batch's tokens to each sequence's
+ * cache, allocating blocks as needed.  The pool memory may be supplied by
+ * the caller (a shared-memory arena) or allocated by opus_ctx_create.
+ *
+ * Determinism: the logits of a token depend only on the model, its
+ * sequence's tokens and positions, never on the other items of the batch or
+ * the thread count (work is split by output rows / heads; each row's
+ * reduction order is fixed).
+ */
+#ifndef OPUS_MODEL_H
+#define OPUS_MODEL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gguf.h"
+#include "qtype.h"
+#include "status.h"
+#include "tokenizer.h"
+
+enum opus_arch
+{
+	OPUS_ARCH_LLAMA = 0,		/* llama, SmolLM2, TinyLlama, Llama 3, Mistral */
+	OPUS_ARCH_QWEN2,			/* llama + QKV bias */
+	OPUS_ARCH__COUNT
+};
+
+struct opus_hparams
+{
+	enum opus_arch arch;
+	char		arch_name[32];	/* general.architecture */
+	char		name[128];		/* general.name (or file name) */
+	int32_t		n_vocab;
+	int32_t		n_ctx_train;
+	int32_t		n_embd;
+	int32_t		n_layer;
+	int32_t		n_head;
+	int32_t		n_head_kv;
+	int32_t		head_dim;		/* n_embd / n_head unless key_length says */
+	int32_t		n_ff;
+	float		norm_eps;
+	float		rope_freq_base;
+	float		rope_freq_scale;
+	/* llama3-style rope scaling (rope.scaling.type / rope_freqs.weight) */
+	bool		has_rope_freqs;
+	int32_t		rope_dim;		/* dimensions rotated (rope.dimension_count) */
+	bool		tied_embeddings;	/* no output.weight: reuse token_embd */
+	enum opus_qtype main_type;	/* dominant weight type (general.file_type) */
+	int64_t		n_params;
+};
+
+struct opus_model;
+
+struct opus_load_params
+{
+	bool		use_mlock;		/* lock the mapping in memory */
+};
+
+enum opus_status opus_model_load(const char *path,
+								 const struct opus_load_params *params,
+								 struct opus_model **out,
+								 struct opus_error *err);
+void		opus_model_free(struct opus_model *m);
+
+const struct opus_hparams *opus_model_hparams(const struct opus_model *m);
+const struct opus_tokenizer *opus_model_tokenizer(const struct opus_model *m);
+/* tokenizer.chat_template source, or NULL. */
+const char *opus_model_chat_template(const struct opus_model *m, size_t *len);
+/* 64-bit identity of the weights (hash of file size and header), for prefix-cache keys. */
+uint64_t	opus_model_identity(const struct opus_model *m);
+
+/* ---- run state ---- */
+
+struct opus_ctx_params
+{
+	int			n_threads;		/* >= 1 */
+	int			block_size;		/* tokens per KV block, default 16 */
+	int64_t		n_blocks;		/* KV blocks in the pool */
+	int			max_batch_tokens;	/* max tokens in one opus_forward call */
+	int			n_ctx;			/* max positions per sequence (<= n_ctx_train unless allowed) */
+	void	   *kv_memory;		/* optional caller-provided pool (NULL: allocate) */
+	size_t		kv_memory_size;
+};
+
+/* Bytes of KV pool memory a context with these params needs. */
+size_t		opus_ctx_kv_bytes(const struct opus_model *m,
+							  const struct opus_ctx_params *p);
+
+struct opus_ctx;
+enum opus_status opus_ctx_create(struct opus_model *m,
+								 const struct opus_ctx_params *p,
+								 struct opus_ctx **out,
+								 struct opus_error *err);
+void		opus_ctx_free(struct opus_ctx *c);
+int64_t		opus_ctx_free_blocks(const struct opus_ctx *c);
+
+/* A sequence: its block table and current length (positions 0..n_pos-1 cached). */
+struct opus_seq
+{
+	int32_t	   *blocks;			/* block ids, n_blocks_cap allocated */
+	int32_t		n_blocks;
+	int32_t		n_blocks_cap;
+	int32_t		n_pos;
+};
+
+void		opus_seq_init(struct opus_seq *s);
+/* Return the sequence's blocks to the pool and reset it to empty. */
+void		opus_seq_release(struct opus_ctx *c, struct opus_seq *s);
+/* Drop cached positions >= n_pos (frees blocks no longer needed). */
+void		opus_seq_truncate(struct opus_ctx *c, struct opus_seq *s, int32_t n_pos);
+
+struct opus_batch_item
+{
+	struct opus_seq *seq;
+	const int32_t *tokens;		/* appended at positions seq->n_pos... */
+	int32_t		n_tokens;
+	/*
+	 * Logits out: if logits_all, n_tokens * n_vocab floats (one row per
+	 * token), else n_vocab floats for the last token only.  NULL: none.
+	 */
+	float	   *logits;
+	bool		logits_all;
+};
+
+/*
+ * One forward pass over all items.  Total tokens must be <= max_batch_tokens.
+ * Blocks are allocated from the pool as needed; if the pool runs out, returns
+ * OPUS_ERR_CAPACITY before changing any sequence.  On success each seq->n_pos
+ * has advanced by its n_tokens.
+ */
+enum opus_status opus_forward(struct opus_ctx *c,
+							  struct opus_batch_item *items, int n_items,
+							  struct opus_error *err);
+
+#endif							/* OPUS_MODEL_H */

@@ -1,0 +1,54 @@
+/*
+ * sampler.h - turning a row of logits into the next token.
+ *
+ * Order of operations (as llama.cpp's common sampler chain):
+ * penalties (repetition, presence, frequency over the last repeat_last_n
+ * tokens) -> greedy if temperature == 0 -> top_k -> top_p -> min_p ->
+ * temperature -> softmax -> draw with the request's own RNG.
+ * The RNG is seeded per request, so the same seed gives the same text
+ * whatever else the engine is doing.
+ */
+#ifndef OPUS_SAMPLER_H
+#define OPUS_SAMPLER_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "status.h"
+
+struct opus_sampling_params
+{
+	float		temperature;	/* 0 = greedy; [0, 100] */
+	float		top_p;			/* (0, 1]; 1 = off */
+	float		min_p;			/* [0, 1]; 0 = off */
+	int32_t		top_k;			/* >= 0; 0 = off */
+	float		presence_penalty;	/* [-2, 2] */
+	float		frequency_penalty;	/* [-2, 2] */
+	float		repetition_penalty;	/* (0, 10]; 1 = off */
+	int32_t		repeat_last_n;	/* tokens considered by penalties; -1 = all */
+	uint64_t	seed;
+};
+
+/* Defaults: greedy-free OpenAI defaults (temperature 1, top_p 1, ...). */
+void		opus_sampling_defaults(struct opus_sampling_params *p);
+
+/* OPUS_ERR_INVALID_ARG naming the first out-of-range field. */
+enum opus_status opus_sampling_validate(const struct opus_sampling_params *p,
+										struct opus_error *err);
+
+struct opus_sampler;
+
+enum opus_status opus_sampler_create(const struct opus_sampling_params *p,
+									 int32_t n_vocab,
+									 struct opus_sampler **out,
+									 struct opus_error *err);
+void		opus_sampler_free(struct opus_sampler *s);
+
+/*
+ * Pick the next token.  logits (n_vocab) may be modified in place.
+ * history: the tokens so far (prompt and generated) for penalties.
+ */
+int32_t		opus_sampler_sample(struct opus_sampler *s, float *logits,
+								const int32_t *history, int64_t n_history);
+
+#endif							/* OPUS_SAMPLER_H */
