@@ -10,7 +10,7 @@
 ENGINE_SRCS := $(sort $(wildcard src/engine/*.c))
 ENGINE_CC ?= gcc
 ENGINE_WARN := -Wall -Wextra -Wshadow -Wno-unused-parameter -Werror
-ENGINE_CFLAGS_BASE := -std=gnu11 -D_GNU_SOURCE -Isrc/engine -Isrc $(ENGINE_WARN) -fPIC -pthread
+ENGINE_CFLAGS_BASE := -std=gnu11 -D_GNU_SOURCE -iquote src/engine -iquote src $(ENGINE_WARN) -fPIC -pthread
 ENGINE_OPT := -O2 -g -fno-math-errno
 ENGINE_SAN := -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 ENGINE_LIBS := -lm -lpthread $(ENGINE_EXTRA_LIBS)
@@ -37,7 +37,7 @@ build/opus_engine: src/opus_engine.c $(ENGINE_OBJS)
 
 build/unit/%: test/unit/%.c $(ENGINE_SAN_OBJS) test/unit/unit.h
 	@mkdir -p $(dir $@)
-	$(ENGINE_CC) $(ENGINE_CFLAGS_BASE) -Itest/unit $(ENGINE_SAN) $< $(ENGINE_SAN_OBJS) -o $@ $(ENGINE_LIBS)
+	$(ENGINE_CC) $(ENGINE_CFLAGS_BASE) -iquote test/unit $(ENGINE_SAN) $< $(ENGINE_SAN_OBJS) -o $@ $(ENGINE_LIBS)
 
 .PHONY: engine unit
 engine: build/opus_engine

@@ -1,5 +1,5 @@
 /*
- * sched.h - the generation scheduler: requests in, token and completion
+ * scheduler.h - the generation scheduler: requests in, token and completion
  * events out, one batched forward pass per step.
  *
  * The caller (the `serve` loop, or the `run` CLI) owns the thread that calls
@@ -11,8 +11,8 @@
  * before returning.  A cancelled request is dropped and its blocks freed at
  * the next step boundary.
  */
-#ifndef OPUS_SCHED_H
-#define OPUS_SCHED_H
+#ifndef OPUS_SCHEDULER_H
+#define OPUS_SCHEDULER_H
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -120,4 +120,4 @@ struct opus_sched_stats
 void		opus_sched_get_stats(const struct opus_sched *s,
 								 struct opus_sched_stats *out);
 
-#endif							/* OPUS_SCHED_H */
+#endif							/* OPUS_SCHEDULER_H */

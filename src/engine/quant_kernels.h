@@ -1,0 +1,19 @@
+/*
+ * quant_kernels.h - internal: how quant_ref.c and quant_avx2.c plug their
+ * kernels into the type table (qtype.c).  Not for use outside those files.
+ *
+ * opus_quant_register_ref fills, for every supported type, vec_dot_type,
+ * supported = true, the *_ref pointers and the chosen pointers (= ref).
+ * opus_quant_register_avx2 then overrides the chosen pointers (to_float,
+ * from_float, vec_dot) where it has a faster version; it never touches *_ref.
+ * The table has OPUS_TYPE__COUNT entries indexed by type id.
+ */
+#ifndef OPUS_QUANT_KERNELS_H
+#define OPUS_QUANT_KERNELS_H
+
+#include "qtype.h"
+
+void		opus_quant_register_ref(struct opus_qtype_info *table);
+void		opus_quant_register_avx2(struct opus_qtype_info *table);
+
+#endif							/* OPUS_QUANT_KERNELS_H */

@@ -1,0 +1,11 @@
+/* serve.c - placeholder; replaced by the real implementation. */
+#include <stdio.h>
+
+#include "cli.h"
+
+int
+opus_cli_serve(int argc, char **argv)
+{
+	fprintf(stderr, "opus_engine %s: not implemented yet\n", argv[0]);
+	return 1;
+}
