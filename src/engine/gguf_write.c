@@ -1,0 +1,471 @@
+/*
+ * gguf_write.c - a small GGUF v3 writer (the quantizer, tests that build
+ * files).
+ *
+ * Keys and tensors are collected in memory (tensor data is copied) and
+ * written in the order they were added by opus_gguf_writer_write():
+ * header, key/values, tensor infos, padding to the alignment, then each
+ * tensor's data padded to the alignment (the last one too), so the offsets
+ * are exactly what llama.cpp expects.
+ *
+ * general.alignment: written only when the alignment differs from the
+ * default 32 (as llama.cpp and the python gguf package do).  A caller may add
+ * the key itself (for example when copying every key of an input file); it
+ * must then be a uint32 equal to the writer's alignment, and is not written
+ * twice.
+ *
+ * Everything added is validated the way the reader validates it (keys and
+ * names non-empty NUL-free UTF-8 and unique, raw values well-formed, tensor
+ * shapes and sizes consistent), so a written file always reopens.  Tensor
+ * names are limited to 63 bytes, llama.cpp's limit.  The file is written to
+ * "<path>.tmp" and renamed into place, so a failed write leaves no partial
+ * file at path.
+ */
+#include "gguf.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "gguf_int.h"
+
+struct wkv
+{
+	char	   *key;
+	uint32_t	type;
+	uint8_t    *val;			/* encoded value */
+	size_t		size;
+};
+
+struct wtensor
+{
+	char	   *name;
+	int			n_dims;
+	int64_t		ne[OPUS_GGUF_MAX_DIMS];
+	enum opus_qtype type;
+	void	   *data;
+	size_t		nbytes;
+	uint64_t	offset;			/* in the data section */
+};
+
+struct opus_gguf_writer
+{
+	uint32_t	alignment;
+	bool		has_alignment_key;
+	struct wkv *kvs;
+	size_t		n_kv;
+	size_t		cap_kv;
+	struct wtensor *tensors;
+	size_t		n_tensors;
+	size_t		cap_tensors;
+	uint64_t	data_size;		/* padded size of the data section so far */
+};
+
+/*
+ * A writer for a file with the given alignment (0 means the default, 32).
+ * Returns NULL if the alignment is not a power of two no larger than 1 MiB,
+ * or on out-of-memory.
+ */
+struct opus_gguf_writer *
+opus_gguf_writer_new(uint32_t alignment)
+{
+	struct opus_gguf_writer *w;
+
+	if (alignment == 0)
+		alignment = OPUS_GGUF_DEFAULT_ALIGNMENT;
+	if ((alignment & (alignment - 1)) != 0 || alignment > OPUS_GGUF_MAX_ALIGNMENT)
+		return NULL;
+	w = calloc(1, sizeof(*w));
+	if (w == NULL)
+		return NULL;
+	w->alignment = alignment;
+	return w;
+}
+
+void
+opus_gguf_writer_free(struct opus_gguf_writer *w)
+{
+	if (w == NULL)
+		return;
+	for (size_t i = 0; i < w->n_kv; i++)
+	{
+		free(w->kvs[i].key);
+		free(w->kvs[i].val);
+	}
+	for (size_t i = 0; i < w->n_tensors; i++)
+	{
+		free(w->tensors[i].name);
+		free(w->tensors[i].data);
+	}
+	free(w->kvs);
+	free(w->tensors);
+	free(w);
+}
+
+/* Grow an array of elem-sized items so one more fits; false on OOM. */
+static bool
+grow(void **arr, size_t *cap, size_t n, size_t elem)
+{
+	size_t		ncap;
+	void	   *p;
+
+	if (n < *cap)
+		return true;
+	ncap = *cap ? *cap * 2 : 16;
+	if (ncap > SIZE_MAX / elem)
+		return false;
+	p = realloc(*arr, ncap * elem);
+	if (p == NULL)
+		return false;
+	*arr = p;
+	*cap = ncap;
+	return true;
+}
+
+static enum opus_status
+check_name(const char *what, const char *name, size_t max_len,
+		   struct opus_error *err)
+{
+	size_t		len;
+
+	if (name == NULL || name[0] == '\0')
+		return opus_error_set(err, OPUS_ERR_INVALID_ARG, "%s name is empty", what);
+	len = strlen(name);
+	if (len > max_len)
+		return opus_error_set(err, OPUS_ERR_INVALID_ARG,
+							  "%s name \"%.64s...\" is longer than %zu bytes",
+							  what, name, max_len);
+	if (!opus_gguf_utf8_valid((const uint8_t *) name, len))
+		return opus_error_set(err, OPUS_ERR_INVALID_ARG,
+							  "%s name is not valid UTF-8", what);
+	return OPUS_OK;
+}
+
+enum opus_status
+opus_gguf_writer_add_raw(struct opus_gguf_writer *w, const char *key,
+						 enum opus_gguf_type type, const void *value,
+						 size_t size, struct opus_error *err)
+{
+	enum opus_status st;
+	size_t		used;
+	struct wkv *kv;
+
+	st = check_name("key", key, SIZE_MAX, err);
+	if (st != OPUS_OK)
+		return st;
+	if (value == NULL && size > 0)
+		return opus_error_set(err, OPUS_ERR_INVALID_ARG,
+							  "key \"%.96s\": no value", key);
+	for (size_t i = 0; i < w->n_kv; i++)
+	{
+		if (strcmp(w->kvs[i].key, key) == 0)
+			return opus_error_set(err, OPUS_ERR_INVALID_ARG,
+								  "duplicate key \"%.96s\"", key);
+	}
+	st = opus_gguf_check_value(value ? value : "", size, (uint32_t) type, key,
+							   &used, err);
+	if (st != OPUS_OK)
+		return st;
+	if (used != size)
+		return opus_error_set(err, OPUS_ERR_FORMAT,
+							  "key \"%.96s\": value is %zu bytes, its encoding says %zu",
+							  key, size, used);
+	if (strcmp(key, "general.alignment") == 0)
+	{
+		uint32_t	a;
+
+		if (type != OPUS_GGUF_UINT32)
+			return opus_error_set(err, OPUS_ERR_INVALID_ARG,
+								  "general.alignment has type %s, expected uint32",
+								  opus_gguf_type_name(type));
+		memcpy(&a, value, 4);
+		if (a != w->alignment)
+			return opus_error_set(err, OPUS_ERR_INVALID_ARG,
+								  "general.alignment %u differs from the writer's alignment %u",
+								  a, w->alignment);
+		w->has_alignment_key = true;
+	}
+
+	if (!grow((void **) &w->kvs, &w->cap_kv, w->n_kv, sizeof(*w->kvs)))
+		return opus_error_set(err, OPUS_ERR_NOMEM, "out of memory");
+	kv = &w->kvs[w->n_kv];
+	kv->key = strdup(key);
+	kv->val = malloc(size > 0 ? size : 1);
+	if (kv->key == NULL || kv->val == NULL)
+	{
+		free(kv->key);
+		free(kv->val);
+		return opus_error_set(err, OPUS_ERR_NOMEM, "out of memory");
+	}
+	if (size > 0)
+		memcpy(kv->val, value, size);
+	kv->type = (uint32_t) type;
+	kv->size = size;
+	w->n_kv++;
+	return OPUS_OK;
+}
+
+enum opus_status
+opus_gguf_writer_add_u32(struct opus_gguf_writer *w, const char *key,
+						 uint32_t v, struct opus_error *err)
+{
+	return opus_gguf_writer_add_raw(w, key, OPUS_GGUF_UINT32, &v, 4, err);
+}
+
+enum opus_status
+opus_gguf_writer_add_str(struct opus_gguf_writer *w, const char *key,
+						 const char *s, struct opus_error *err)
+{
+	size_t		len;
+	uint64_t	len64;
+	uint8_t    *buf;
+	enum opus_status st;
+
+	if (s == NULL)
+		return opus_error_set(err, OPUS_ERR_INVALID_ARG, "no string value");
+	len = strlen(s);
+	if (len > SIZE_MAX - 8)
+		return opus_error_set(err, OPUS_ERR_INVALID_ARG, "string too long");
+	buf = malloc(8 + len);
+	if (buf == NULL)
+		return opus_error_set(err, OPUS_ERR_NOMEM, "out of memory");
+	len64 = len;
+	memcpy(buf, &len64, 8);
+	memcpy(buf + 8, s, len);
+	st = opus_gguf_writer_add_raw(w, key, OPUS_GGUF_STRING, buf, 8 + len, err);
+	free(buf);
+	return st;
+}
+
+enum opus_status
+opus_gguf_writer_add_tensor(struct opus_gguf_writer *w, const char *name,
+							int n_dims, const int64_t *ne,
+							enum opus_qtype type, const void *data,
+							size_t nbytes, struct opus_error *err)
+{
+	enum opus_status st;
+	const struct opus_qtype_info *qi;
+	int64_t		nrows = 1;
+	int64_t		nelem;
+	size_t		row;
+	unsigned long long expect;
+	unsigned long long padded;
+	unsigned long long end;
+	struct wtensor *t;
+
+	st = check_name("tensor", name, OPUS_GGUF_MAX_NAME, err);
+	if (st != OPUS_OK)
+		return st;
+	for (size_t i = 0; i < w->n_tensors; i++)
+	{
+		if (strcmp(w->tensors[i].name, name) == 0)
+			return opus_error_set(err, OPUS_ERR_INVALID_ARG,
+								  "duplicate tensor name \"%s\"", name);
+	}
+	if (n_dims < 1 || n_dims > OPUS_GGUF_MAX_DIMS || ne == NULL)
+		return opus_error_set(err, OPUS_ERR_INVALID_ARG,
+							  "tensor \"%s\": n_dims %d is not between 1 and %d",
+							  name, n_dims, OPUS_GGUF_MAX_DIMS);
+	for (int d = 0; d < n_dims; d++)
+	{
+		if (ne[d] <= 0)
+			return opus_error_set(err, OPUS_ERR_INVALID_ARG,
+								  "tensor \"%s\": dimension %d is %lld, expected > 0",
+								  name, d, (long long) ne[d]);
+		if (d > 0 && __builtin_mul_overflow(nrows, ne[d], &nrows))
+			return opus_error_set(err, OPUS_ERR_INVALID_ARG,
+								  "tensor \"%s\": element count overflows", name);
+	}
+	qi = opus_qtype_info((uint32_t) type);
+	if (qi == NULL)
+		return opus_error_set(err, OPUS_ERR_INVALID_ARG,
+							  "tensor \"%s\": unknown tensor type %u", name,
+							  (unsigned) type);
+	if (ne[0] % qi->block_size != 0)
+		return opus_error_set(err, OPUS_ERR_INVALID_ARG,
+							  "tensor \"%s\": row length %lld is not a multiple of the %s block size %d",
+							  name, (long long) ne[0], qi->name, qi->block_size);
+	if (__builtin_mul_overflow(nrows, ne[0], &nelem) ||
+		!opus_qtype_row_size(type, ne[0], &row) ||
+		opus_mul_overflow_u64(row, (unsigned long long) nrows, &expect) ||
+		expect > (unsigned long long) INT64_MAX)
+		return opus_error_set(err, OPUS_ERR_INVALID_ARG,
+							  "tensor \"%s\": byte size overflows", name);
+	if (nbytes != expect)
+		return opus_error_set(err, OPUS_ERR_INVALID_ARG,
+							  "tensor \"%s\": %zu bytes of data, expected %llu",
+							  name, nbytes, expect);
+	if (data == NULL)
+		return opus_error_set(err, OPUS_ERR_INVALID_ARG,
+							  "tensor \"%s\": no data", name);
+	if (opus_add_overflow_u64(expect, w->alignment - 1, &padded) ||
+		opus_add_overflow_u64(w->data_size, padded & ~((unsigned long long) w->alignment - 1), &end) ||
+		end > (unsigned long long) INT64_MAX)
+		return opus_error_set(err, OPUS_ERR_INVALID_ARG,
+							  "tensor \"%s\": data section too large", name);
+
+	if (!grow((void **) &w->tensors, &w->cap_tensors, w->n_tensors,
+			  sizeof(*w->tensors)))
+		return opus_error_set(err, OPUS_ERR_NOMEM, "out of memory");
+	t = &w->tensors[w->n_tensors];
+	memset(t, 0, sizeof(*t));
+	t->name = strdup(name);
+	t->data = malloc(nbytes);
+	if (t->name == NULL || t->data == NULL)
+	{
+		free(t->name);
+		free(t->data);
+		return opus_error_set(err, OPUS_ERR_NOMEM,
+							  "out of memory copying tensor \"%s\"", name);
+	}
+	memcpy(t->data, data, nbytes);
+	t->n_dims = n_dims;
+	for (int d = 0; d < OPUS_GGUF_MAX_DIMS; d++)
+		t->ne[d] = d < n_dims ? ne[d] : 1;
+	t->type = type;
+	t->nbytes = nbytes;
+	t->offset = w->data_size;
+	w->data_size = end;
+	w->n_tensors++;
+	return OPUS_OK;
+}
+
+/* ---- output ---- */
+
+struct out
+{
+	FILE	   *f;
+	uint64_t	pos;
+	int			error;			/* errno of the first failed write, or 0 */
+};
+
+static void
+put(struct out *o, const void *p, size_t n)
+{
+	if (o->error != 0 || n == 0)
+		return;
+	if (fwrite(p, 1, n, o->f) != n)
+		o->error = errno ? errno : EIO;
+	o->pos += n;
+}
+
+static void
+put_u32(struct out *o, uint32_t v)
+{
+	put(o, &v, 4);
+}
+
+static void
+put_u64(struct out *o, uint64_t v)
+{
+	put(o, &v, 8);
+}
+
+static void
+put_str(struct out *o, const char *s)
+{
+	size_t		len = strlen(s);
+
+	put_u64(o, len);
+	put(o, s, len);
+}
+
+static void
+put_pad(struct out *o, uint32_t alignment)
+{
+	static const uint8_t zeros[256];
+	uint64_t	pad = (alignment - (o->pos % alignment)) % alignment;
+
+	while (pad > 0)
+	{
+		size_t		k = pad < sizeof(zeros) ? (size_t) pad : sizeof(zeros);
+
+		put(o, zeros, k);
+		pad -= k;
+	}
+}
+
+enum opus_status
+opus_gguf_writer_write(struct opus_gguf_writer *w, const char *path,
+					   struct opus_error *err)
+{
+	struct out	o = {0};
+	bool		add_alignment;
+	char	   *tmp;
+	size_t		plen;
+	int			saved;
+
+	if (path == NULL || path[0] == '\0')
+		return opus_error_set(err, OPUS_ERR_INVALID_ARG, "no output path");
+	plen = strlen(path);
+	tmp = malloc(plen + 5);
+	if (tmp == NULL)
+		return opus_error_set(err, OPUS_ERR_NOMEM, "out of memory");
+	memcpy(tmp, path, plen);
+	memcpy(tmp + plen, ".tmp", 5);
+	o.f = fopen(tmp, "wb");
+	if (o.f == NULL)
+	{
+		saved = errno;
+		free(tmp);
+		return opus_error_set(err, OPUS_ERR_IO, "cannot create \"%s\": %s",
+							  path, strerror(saved));
+	}
+
+	add_alignment = w->alignment != OPUS_GGUF_DEFAULT_ALIGNMENT &&
+		!w->has_alignment_key;
+	put(&o, OPUS_GGUF_MAGIC, 4);
+	put_u32(&o, OPUS_GGUF_VERSION);
+	put_u64(&o, w->n_tensors);
+	put_u64(&o, w->n_kv + (add_alignment ? 1 : 0));
+	for (size_t i = 0; i < w->n_kv; i++)
+	{
+		put_str(&o, w->kvs[i].key);
+		put_u32(&o, w->kvs[i].type);
+		put(&o, w->kvs[i].val, w->kvs[i].size);
+	}
+	if (add_alignment)
+	{
+		put_str(&o, "general.alignment");
+		put_u32(&o, OPUS_GGUF_UINT32);
+		put_u32(&o, w->alignment);
+	}
+	for (size_t i = 0; i < w->n_tensors; i++)
+	{
+		const struct wtensor *t = &w->tensors[i];
+
+		put_str(&o, t->name);
+		put_u32(&o, (uint32_t) t->n_dims);
+		for (int d = 0; d < t->n_dims; d++)
+			put_u64(&o, (uint64_t) t->ne[d]);
+		put_u32(&o, (uint32_t) t->type);
+		put_u64(&o, t->offset);
+	}
+	put_pad(&o, w->alignment);
+	for (size_t i = 0; i < w->n_tensors; i++)
+	{
+		put(&o, w->tensors[i].data, w->tensors[i].nbytes);
+		put_pad(&o, w->alignment);
+	}
+
+	saved = o.error;
+	if (fflush(o.f) != 0 && saved == 0)
+		saved = errno ? errno : EIO;
+	if (saved == 0 && fsync(fileno(o.f)) != 0)
+		saved = errno;
+	if (fclose(o.f) != 0 && saved == 0)
+		saved = errno ? errno : EIO;
+	if (saved == 0 && rename(tmp, path) != 0)
+		saved = errno;
+	if (saved != 0)
+	{
+		unlink(tmp);
+		free(tmp);
+		return opus_error_set(err, OPUS_ERR_IO, "cannot write \"%s\": %s",
+							  path, strerror(saved));
+	}
+	free(tmp);
+	return OPUS_OK;
+}
