@@ -53,7 +53,7 @@ record()
 		verdict="FAILED (exit $rc)"
 	fi
 	[ -n "$note" ] && verdict="$verdict $note"
-	summary+=("$(printf '%-6s %-8s %-26s %4ss' "$kind" "$name" "$verdict" "$secs")")
+	summary+=("$(printf '%-6s %-8s %-36s %5ss' "$kind" "$name" "$verdict" "$secs")")
 	if [ "$kind" = suite ]; then
 		if [ "$rc" -eq 0 ]; then
 			npass=$((npass + 1))

@@ -22,7 +22,7 @@ my $short_time = time - $t0;
 is($rc, 0, 'short call succeeds') or diag($err);
 
 my $q = start_query($node, long_sql(),
-	setup => "SET statement_timeout = 200;\n");
+	setup => "SET statement_timeout = 200");
 wait_query($q, 30);
 my $elapsed = $q->{t_end} - $q->{t0};
 is($q->{sqlstate}, '57014', 'long generation cancelled with 57014')

@@ -27,12 +27,15 @@ for my $i (1 .. $n_timeout)
 	my $ms = 5 + ($i * 37) % 400;
 	$script .= "SET statement_timeout = $ms;\n" . long_sql() . ";\n";
 }
+my $script_file = $node->basedir . '/storm.sql';
+PostgreSQL::Test::Utils::append_to_file($script_file, $script);
+my ($out, $err) = ('', '');
 my $q = IPC::Run::start(
 	[
 		'psql', '-XAtq', '-v', 'ON_ERROR_STOP=0', '-v', 'VERBOSITY=verbose',
-		'-d', $node->connstr('postgres'), '-f', '-'
+		'-d', $node->connstr('postgres'), '-f', $script_file
 	],
-	'<', \$script, '>', \my $out, '2>', \my $err);
+	'<', '/dev/null', '>', \$out, '2>', \$err);
 my $deadline = time + 120;
 while ($q->pumpable && time < $deadline)
 {

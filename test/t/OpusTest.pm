@@ -135,21 +135,21 @@ sub engine_pid
 	return undef;
 }
 
-# start_query(NODE, SQL, setup => "SET ...;") - run SQL in its own psql
-# process, in the background.  Returns a handle for wait_query.
+# start_query(NODE, SQL, setup => "SET ...") - run SQL in its own psql
+# process, in the background (SETUP, if given, runs first in the same
+# session).  Returns a handle for query_running and wait_query.
 sub start_query
 {
 	my ($node, $sql, %o) = @_;
 	my $q = { out => '', err => '', t0 => time };
-	my $script = ($o{setup} // '') . "$sql;\n";
-	$q->{in} = $script;
-	$q->{h} = IPC::Run::start(
-		[
-			'psql', '-XAtq', '-v', 'ON_ERROR_STOP=1',
-			'-v', 'VERBOSITY=verbose',
-			'-d', $node->connstr('postgres'), '-f', '-'
-		],
-		'<', \$q->{in}, '>', \$q->{out}, '2>', \$q->{err});
+	my @cmd = (
+		'psql', '-XAtq', '-v', 'ON_ERROR_STOP=1',
+		'-v', 'VERBOSITY=verbose',
+		'-d', $node->connstr('postgres'));
+	push @cmd, '-c', $o{setup} if defined $o{setup};
+	push @cmd, '-c', $sql;
+	$q->{h} = IPC::Run::start(\@cmd, '<', '/dev/null', '>', \$q->{out},
+		'2>', \$q->{err});
 	return $q;
 }
 
