@@ -1,0 +1,810 @@
+/*
+ * forward.c - the batched forward pass of the llama-family transformer over
+ * the block-based KV cache.
+ *
+ * One opus_forward() call takes N tokens from several sequences and runs the
+ * whole network in a single parallel region of the context's thread pool;
+ * the steps below are separated by barriers and read top to bottom:
+ *
+ *   embed -> for each layer:
+ *     rmsnorm, quantize rows      (tokens split across threads)
+ *     Q,K,V = Wq,Wk,Wv x (+bias)  (output rows split)
+ *     RoPE, store K,V (F16)       (tokens split)
+ *     attention                   ((token, head) pairs split)
+ *     quantize attention output   (tokens split)
+ *     x += Wo att                 (output rows split)
+ *     rmsnorm, quantize rows
+ *     gate, up = Wg, Wu x         (output rows split)
+ *     silu(gate) * up, quantize
+ *     x += Wd h                   (output rows split)
+ *   final rmsnorm, logits = Wout x for the tokens that want logits only.
+ *
+ * Determinism: every output element is computed by exactly one thread with a
+ * fixed sequence of operations (one vec_dot over the whole row, then the
+ * bias / residual add), attention for a (token, head) likewise, and the work
+ * split never changes what one element's computation is.  So logits do not
+ * depend on the thread count, on which other sequences share the batch, or
+ * on how a prompt is chunked.
+ *
+ * Matrix multiplication: activations are quantized once per step to the
+ * weight's vec_dot type; the work unit is a tile of ROW_TILE weight rows by
+ * TOK_TILE tokens, so a tile of weights stays in L1 while it meets many
+ * tokens (prefill) and decode still splits a matrix into many row chunks.
+ */
+#include "model_int.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "forward_int.h"
+
+#define ROW_TILE 16				/* weight rows per work unit (prefill) */
+#define ROW_TILE_DECODE 32		/* weight rows per work unit (few tokens) */
+#define TOK_TILE 64				/* tokens per work unit */
+#define MAX_SLOTS 3				/* activation buffers: distinct vec_dot types per matmul group */
+
+struct opus_fwd_state
+{
+	int			n_batch;		/* max tokens per call (max_batch_tokens) */
+	int			n_threads;
+
+	/* per token of the current call */
+	int32_t    *tok;			/* [n_batch] token id */
+	int32_t    *pos;			/* [n_batch] position in its sequence */
+	int32_t    *item;			/* [n_batch] index of its batch item */
+
+	float	   *x;				/* [n_batch][n_embd] residual stream */
+	float	   *xn;				/* [n_batch][max(n_embd, n_ff)] normed / activated matmul input */
+	float	   *q;				/* [n_batch][n_head * head_dim] */
+	float	   *k;				/* [n_batch][n_head_kv * head_dim] */
+	float	   *v;				/* [n_batch][n_head_kv * head_dim] */
+	float	   *att;			/* [n_batch][n_head * head_dim] attention output */
+	float	   *gate;			/* [n_batch][n_ff] */
+	float	   *up;				/* [n_batch][n_ff] */
+	uint8_t    *xq[MAX_SLOTS];	/* [n_batch][xq_stride] quantized activations */
+	size_t		xq_stride;		/* bytes of the widest quantized input row */
+	float	   *rope_cos;		/* [n_batch][rope_dim / 2] */
+	float	   *rope_sin;		/* [n_batch][rope_dim / 2] */
+	float	   *scores;			/* [n_threads][n_ctx] attention weights */
+
+	/* tokens whose logits are computed */
+	int			n_out;
+	int32_t    *out_tok;		/* [n_batch] batch token index */
+	float	  **out_rows;		/* [n_batch] destination rows (n_vocab floats) */
+
+	/* work counters, a ring of three (see claim()) */
+	struct opus_pool_counter ctr[3];
+
+	/* current call */
+	struct opus_ctx *c;
+	struct opus_batch_item *items;
+	int			n_tok;
+
+	/* kernels */
+	opus_dot_f16_fn dot_f16;
+	opus_axpy_f16_fn axpy_f16;
+	opus_to_f16_fn to_f16;
+};
+
+/* ---- plain kernels ---- */
+
+static float
+dot_f16_ref(const float *a, const uint16_t *b, int n)
+{
+	float		sum = 0.0f;
+
+	for (int i = 0; i < n; i++)
+		sum += a[i] * opus_fp16_to_fp32(b[i]);
+	return sum;
+}
+
+static void
+axpy_f16_ref(float *y, float s, const uint16_t *x, int n)
+{
+	for (int i = 0; i < n; i++)
+		y[i] += s * opus_fp16_to_fp32(x[i]);
+}
+
+static void
+to_f16_ref(uint16_t *dst, const float *src, int n)
+{
+	for (int i = 0; i < n; i++)
+		dst[i] = opus_fp32_to_fp16(src[i]);
+}
+
+/* y = x / rms(x) * w */
+static void
+rmsnorm(float *y, const float *x, const float *w, int n, float eps)
+{
+	double		ss = 0.0;
+	float		scale;
+
+	for (int i = 0; i < n; i++)
+		ss += (double) x[i] * x[i];
+	scale = 1.0f / sqrtf((float) (ss / n) + eps);
+	for (int i = 0; i < n; i++)
+		y[i] = (x[i] * scale) * w[i];
+}
+
+/* ---- per-thread worker context ---- */
+
+struct wctx
+{
+	struct opus_fwd_state *fs;
+	int			ith;
+	int			nth;
+	int			phase;			/* barriers passed so far */
+};
+
+/*
+ * End a step: wait for every thread.  Thread 0 then resets the counter the
+ * step after next will use; nobody touches it any more (its last user
+ * finished two barriers ago) and the next barrier publishes the reset.
+ */
+static void
+step_barrier(struct wctx *w)
+{
+	opus_pool_barrier(w->fs->c->pool);
+	w->phase++;
+	if (w->ith == 0)
+		atomic_store_explicit(&w->fs->ctr[(w->phase + 1) % 3].next, 0,
+							  memory_order_relaxed);
+}
+
+/* Claim the next work unit of the current step. */
+static inline int
+claim(struct wctx *w)
+{
+	return atomic_fetch_add_explicit(&w->fs->ctr[w->phase % 3].next, 1,
+									 memory_order_relaxed);
+}
+
+/* ---- matrix multiplication ---- */
+
+struct mm_job
+{
+	const struct opus_wmat *w;
+	int			slot;			/* which xq buffer holds the input */
+	float	   *dst;			/* dst[t * ld + row], or */
+	int64_t		ld;
+	float	  **dst_rows;		/* dst_rows[t][row] when not NULL */
+	const float *bias;			/* [n_out] or NULL */
+	bool		accumulate;		/* dst += W x instead of dst = W x */
+};
+
+/* Give each job a slot by its vec_dot type; returns the slots' types. */
+static int
+assign_slots(struct mm_job *jobs, int n_jobs, enum opus_qtype *types)
+{
+	int			n_types = 0;
+
+	for (int j = 0; j < n_jobs; j++)
+	{
+		enum opus_qtype vt = jobs[j].w->qi->vec_dot_type;
+		int			s;
+
+		for (s = 0; s < n_types; s++)
+			if (types[s] == vt)
+				break;
+		if (s == n_types)
+			types[n_types++] = vt;
+		jobs[j].slot = s;
+	}
+	return n_types;
+}
+
+/* Quantize row t (n floats at src) into every slot type. */
+static void
+quantize_row(struct opus_fwd_state *fs, const float *src, int64_t n, int t,
+			 const enum opus_qtype *types, int n_types)
+{
+	for (int s = 0; s < n_types; s++)
+		opus_qtype_info(types[s])->from_float(src, fs->xq[s] + (size_t) t * fs->xq_stride, n);
+}
+
+/*
+ * dst rows of every job for n_tok tokens (the inputs already quantized).
+ * Units are (row tile, token tile) pairs, row tile major, claimed by threads.
+ */
+static void
+matmul(struct wctx *w, struct mm_job *jobs, int n_jobs, int n_tok)
+{
+	struct opus_fwd_state *fs = w->fs;
+	int			row_tile = n_tok < 4 ? ROW_TILE_DECODE : ROW_TILE;
+	int			n_tt = (n_tok + TOK_TILE - 1) / TOK_TILE;
+	int64_t		tiles_before[8];
+	int64_t		n_units = 0;
+
+	for (int j = 0; j < n_jobs; j++)
+	{
+		tiles_before[j] = n_units;
+		n_units += (jobs[j].w->n_out + row_tile - 1) / row_tile * n_tt;
+	}
+
+	for (;;)
+	{
+		int64_t		u = claim(w);
+		int			j = n_jobs - 1;
+		const struct mm_job *job;
+		const struct opus_wmat *W;
+		opus_vec_dot_fn vec_dot;
+		int64_t		r0,
+					r1;
+		int			t0,
+					t1;
+
+		if (u >= n_units)
+			break;
+		while (tiles_before[j] > u)
+			j--;
+		job = &jobs[j];
+		W = job->w;
+		vec_dot = W->qi->vec_dot;
+		u -= tiles_before[j];
+		r0 = (u / n_tt) * row_tile;
+		r1 = r0 + row_tile < W->n_out ? r0 + row_tile : W->n_out;
+		t0 = (int) (u % n_tt) * TOK_TILE;
+		t1 = t0 + TOK_TILE < n_tok ? t0 + TOK_TILE : n_tok;
+
+		for (int t = t0; t < t1; t++)
+		{
+			const uint8_t *xrow = fs->xq[job->slot] + (size_t) t * fs->xq_stride;
+			float	   *d = job->dst_rows ? job->dst_rows[t] : job->dst + t * job->ld;
+
+			for (int64_t r = r0; r < r1; r++)
+			{
+				float		val = vec_dot(W->n_in, W->data + (size_t) r * W->row_bytes, xrow);
+
+				if (job->bias)
+					val += job->bias[r];
+				if (job->accumulate)
+					d[r] += val;
+				else
+					d[r] = val;
+			}
+		}
+	}
+}
+
+/* ---- RoPE ---- */
+
+/*
+ * cos/sin of every rotated pair for every token: theta_i = pos * base^(-2i/d)
+ * (computed as a running product, as llama.cpp does), divided by the llama3
+ * frequency factor and multiplied by the linear scale.
+ */
+static void
+rope_tables(struct opus_fwd_state *fs, const struct opus_model *m, int t)
+{
+	const struct opus_hparams *hp = &m->hp;
+	int			half = hp->rope_dim / 2;
+	float		theta_scale = powf(hp->rope_freq_base, -2.0f / hp->rope_dim);
+	float		theta = (float) fs->pos[t];
+	float	   *cs = fs->rope_cos + (size_t) t * half;
+	float	   *sn = fs->rope_sin + (size_t) t * half;
+
+	for (int i = 0; i < half; i++)
+	{
+		float		th = theta;
+
+		if (m->rope_freqs)
+			th /= m->rope_freqs[i];
+		th *= hp->rope_freq_scale;
+		cs[i] = cosf(th);
+		sn[i] = sinf(th);
+		theta *= theta_scale;
+	}
+}
+
+/*
+ * Rotate n_heads heads of vec in place.  llama: adjacent pairs (2i, 2i+1)
+ * (the converter permuted Wq/Wk for that); qwen2: NeoX halves (i, i + d/2).
+ */
+static void
+rope_apply(float *vec, int n_heads, int head_dim, int rope_dim, bool neox,
+		   const float *cs, const float *sn)
+{
+	int			half = rope_dim / 2;
+
+	for (int h = 0; h < n_heads; h++)
+	{
+		float	   *x = vec + (size_t) h * head_dim;
+
+		for (int i = 0; i < half; i++)
+		{
+			int			i0 = neox ? i : 2 * i;
+			int			i1 = neox ? i + half : 2 * i + 1;
+			float		x0 = x[i0];
+			float		x1 = x[i1];
+
+			x[i0] = x0 * cs[i] - x1 * sn[i];
+			x[i1] = x0 * sn[i] + x1 * cs[i];
+		}
+	}
+}
+
+/* ---- attention ---- */
+
+/*
+ * One (token, head): softmax(q . K / sqrt(d)) V over positions 0..pos of the
+ * token's sequence, read through its block table.  The batch's own K/V were
+ * stored before this step, so earlier tokens of the same batch are visible
+ * and later ones are masked by the position bound.
+ */
+static void
+attend(struct opus_fwd_state *fs, int layer, int t, int h, float *scores)
+{
+	const struct opus_model *m = fs->c->model;
+	const struct opus_hparams *hp = &m->hp;
+	const struct opus_kv *kv = &fs->c->kv;
+	const struct opus_seq *seq = fs->items[fs->item[t]].seq;
+	int			hd = hp->head_dim;
+	int			bs = kv->block_size;
+	int			kvh = h / (hp->n_head / hp->n_head_kv);
+	int			n_kv = fs->pos[t] + 1;
+	const float *q = fs->q + (size_t) t * hp->n_head * hd + (size_t) h * hd;
+	float	   *out = fs->att + (size_t) t * hp->n_head * hd + (size_t) h * hd;
+	float		scale = 1.0f / sqrtf((float) hd);
+	float		max = -INFINITY;
+	float		sum = 0.0f;
+	float		inv;
+
+	for (int p = 0; p < n_kv; p++)
+	{
+		const uint16_t *kp = opus_kv_k(kv, seq->blocks[p / bs], layer) +
+			((size_t) kvh * bs + p % bs) * hd;
+		float		s = fs->dot_f16(q, kp, hd) * scale;
+
+		scores[p] = s;
+		if (s > max)
+			max = s;
+	}
+	for (int p = 0; p < n_kv; p++)
+	{
+		float		e = expf(scores[p] - max);
+
+		scores[p] = e;
+		sum += e;
+	}
+	inv = 1.0f / sum;
+	memset(out, 0, sizeof(float) * hd);
+	for (int p = 0; p < n_kv; p++)
+	{
+		const uint16_t *vp = opus_kv_v(kv, seq->blocks[p / bs], layer) +
+			((size_t) kvh * bs + p % bs) * hd;
+
+		fs->axpy_f16(out, scores[p] * inv, vp, hd);
+	}
+}
+
+/* ---- the worker: the whole forward pass, one thread's share ---- */
+
+static void
+forward_worker(void *arg, int ith, int nth)
+{
+	struct opus_fwd_state *fs = arg;
+	const struct opus_model *m = fs->c->model;
+	const struct opus_hparams *hp = &m->hp;
+	const struct opus_kv *kv = &fs->c->kv;
+	struct wctx w = {.fs = fs,.ith = ith,.nth = nth,.phase = 0};
+	int			N = fs->n_tok;
+	int			E = hp->n_embd;
+	int			F = hp->n_ff;
+	int			hd = hp->head_dim;
+	int			q_dim = hp->n_head * hd;
+	int			kv_dim = hp->n_head_kv * hd;
+	int			half = hp->rope_dim / 2;
+	bool		neox = (hp->arch == OPUS_ARCH_QWEN2);
+	float	   *scores = fs->scores + (size_t) ith * fs->c->params.n_ctx;
+	enum opus_qtype types[MAX_SLOTS];
+	int			n_types;
+
+	/* embeddings and RoPE tables */
+	for (int t = ith; t < N; t += nth)
+	{
+		m->tok_embd.qi->to_float(m->tok_embd.data + (size_t) fs->tok[t] * m->tok_embd.row_bytes,
+								 fs->x + (size_t) t * E, E);
+		rope_tables(fs, m, t);
+	}
+	step_barrier(&w);
+
+	for (int il = 0; il < hp->n_layer; il++)
+	{
+		const struct opus_layer *L = &m->layers[il];
+		struct mm_job qkv[3] = {
+			{.w = &L->wq,.dst = fs->q,.ld = q_dim,.bias = L->bq},
+			{.w = &L->wk,.dst = fs->k,.ld = kv_dim,.bias = L->bk},
+			{.w = &L->wv,.dst = fs->v,.ld = kv_dim,.bias = L->bv},
+		};
+		struct mm_job wo = {.w = &L->wo,.dst = fs->x,.ld = E,.accumulate = true};
+		struct mm_job ffn[2] = {
+			{.w = &L->w_gate,.dst = fs->gate,.ld = F},
+			{.w = &L->w_up,.dst = fs->up,.ld = F},
+		};
+		struct mm_job down = {.w = &L->w_down,.dst = fs->x,.ld = E,.accumulate = true};
+
+		/* attention input: rmsnorm, quantize for Wq/Wk/Wv */
+		n_types = assign_slots(qkv, 3, types);
+		for (int t = ith; t < N; t += nth)
+		{
+			float	   *xn = fs->xn + (size_t) t * E;
+
+			rmsnorm(xn, fs->x + (size_t) t * E, L->attn_norm, E, hp->norm_eps);
+			quantize_row(fs, xn, E, t, types, n_types);
+		}
+		step_barrier(&w);
+
+		matmul(&w, qkv, 3, N);
+		step_barrier(&w);
+
+		/* RoPE on q and k; k and v into the cache */
+		for (int t = ith; t < N; t += nth)
+		{
+			const struct opus_seq *seq = fs->items[fs->item[t]].seq;
+			int			p = fs->pos[t];
+			int32_t		blk = seq->blocks[p / kv->block_size];
+			int			slot = p % kv->block_size;
+			float	   *qt = fs->q + (size_t) t * q_dim;
+			float	   *kt = fs->k + (size_t) t * kv_dim;
+			float	   *vt = fs->v + (size_t) t * kv_dim;
+			uint16_t   *kc = opus_kv_k(kv, blk, il);
+			uint16_t   *vc = opus_kv_v(kv, blk, il);
+
+			rope_apply(qt, hp->n_head, hd, hp->rope_dim, neox,
+					   fs->rope_cos + (size_t) t * half, fs->rope_sin + (size_t) t * half);
+			rope_apply(kt, hp->n_head_kv, hd, hp->rope_dim, neox,
+					   fs->rope_cos + (size_t) t * half, fs->rope_sin + (size_t) t * half);
+			for (int h = 0; h < hp->n_head_kv; h++)
+			{
+				size_t		off = ((size_t) h * kv->block_size + slot) * hd;
+
+				fs->to_f16(kc + off, kt + (size_t) h * hd, hd);
+				fs->to_f16(vc + off, vt + (size_t) h * hd, hd);
+			}
+		}
+		step_barrier(&w);
+
+		/* attention: (token, head) pairs */
+		for (;;)
+		{
+			int			u = claim(&w);
+
+			if (u >= N * hp->n_head)
+				break;
+			attend(fs, il, u / hp->n_head, u % hp->n_head, scores);
+		}
+		step_barrier(&w);
+
+		/* x += Wo att */
+		n_types = assign_slots(&wo, 1, types);
+		for (int t = ith; t < N; t += nth)
+			quantize_row(fs, fs->att + (size_t) t * q_dim, q_dim, t, types, n_types);
+		step_barrier(&w);
+		matmul(&w, &wo, 1, N);
+		step_barrier(&w);
+
+		/* feed-forward input: rmsnorm, quantize for Wgate/Wup */
+		n_types = assign_slots(ffn, 2, types);
+		for (int t = ith; t < N; t += nth)
+		{
+			float	   *xn = fs->xn + (size_t) t * E;
+
+			rmsnorm(xn, fs->x + (size_t) t * E, L->ffn_norm, E, hp->norm_eps);
+			quantize_row(fs, xn, E, t, types, n_types);
+		}
+		step_barrier(&w);
+		matmul(&w, ffn, 2, N);
+		step_barrier(&w);
+
+		/* h = silu(gate) * up, quantize for Wdown */
+		n_types = assign_slots(&down, 1, types);
+		for (int t = ith; t < N; t += nth)
+		{
+			const float *g = fs->gate + (size_t) t * F;
+			const float *u = fs->up + (size_t) t * F;
+			float	   *hb = fs->xn + (size_t) t * (E > F ? E : F);
+
+			for (int i = 0; i < F; i++)
+				hb[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+			quantize_row(fs, hb, F, t, types, n_types);
+		}
+		step_barrier(&w);
+		matmul(&w, &down, 1, N);
+		step_barrier(&w);
+	}
+
+	/* logits for the requested tokens only */
+	if (fs->n_out > 0)
+	{
+		struct mm_job out = {.w = &m->output,.dst_rows = fs->out_rows};
+
+		n_types = assign_slots(&out, 1, types);
+		for (int k = ith; k < fs->n_out; k += nth)
+		{
+			float	   *xn = fs->xn + (size_t) k * (E > F ? E : F);
+
+			rmsnorm(xn, fs->x + (size_t) fs->out_tok[k] * E, m->output_norm, E, hp->norm_eps);
+			quantize_row(fs, xn, E, k, types, n_types);
+		}
+		step_barrier(&w);
+		matmul(&w, &out, 1, fs->n_out);
+	}
+}
+
+/* ---- state ---- */
+
+static size_t
+max_size(size_t a, size_t b)
+{
+	return a > b ? a : b;
+}
+
+/* Bytes of a quantized activation row of n elements for w's vec_dot type. */
+static size_t
+act_row_bytes(const struct opus_wmat *w)
+{
+	size_t		sz = 0;
+
+	if (!opus_qtype_row_size(w->qi->vec_dot_type, w->n_in, &sz))
+		return SIZE_MAX;
+	return sz;
+}
+
+enum opus_status
+opus_fwd_state_create(struct opus_ctx *c, struct opus_error *err)
+{
+	const struct opus_model *m = c->model;
+	const struct opus_hparams *hp = &m->hp;
+	struct opus_fwd_state *fs;
+	size_t		B = (size_t) c->params.max_batch_tokens;
+	size_t		E = hp->n_embd,
+				F = hp->n_ff;
+	size_t		q_dim = (size_t) hp->n_head * hp->head_dim;
+	size_t		kv_dim = (size_t) hp->n_head_kv * hp->head_dim;
+	size_t		stride = 0;
+	bool		ok = true;
+
+	fs = aligned_alloc(64, (sizeof(*fs) + 63) / 64 * 64);
+	if (!fs)
+		return opus_error_set(err, OPUS_ERR_NOMEM, "out of memory for forward state");
+	memset(fs, 0, sizeof(*fs));
+	c->fs = fs;
+	fs->c = c;
+	fs->n_batch = (int) B;
+	fs->n_threads = c->params.n_threads;
+
+	stride = act_row_bytes(&m->output);
+	for (int il = 0; il < hp->n_layer; il++)
+	{
+		const struct opus_layer *L = &m->layers[il];
+		const struct opus_wmat *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo,
+		&L->w_gate, &L->w_up, &L->w_down};
+
+		for (size_t i = 0; i < sizeof(ws) / sizeof(ws[0]); i++)
+			stride = max_size(stride, act_row_bytes(ws[i]));
+	}
+	if (stride == SIZE_MAX || stride > ((size_t) 1 << 30) / B)
+		return opus_error_set(err, OPUS_ERR_NOMEM, "activation buffers too large");
+	fs->xq_stride = (stride + 63) / 64 * 64;
+
+#define ALLOC(ptr, n) \
+	do { \
+		(ptr) = aligned_alloc(64, ((n) * sizeof(*(ptr)) + 63) / 64 * 64); \
+		ok = ok && (ptr) != NULL; \
+	} while (0)
+	ALLOC(fs->tok, B);
+	ALLOC(fs->pos, B);
+	ALLOC(fs->item, B);
+	ALLOC(fs->x, B * E);
+	ALLOC(fs->xn, B * max_size(E, F));
+	ALLOC(fs->q, B * q_dim);
+	ALLOC(fs->k, B * kv_dim);
+	ALLOC(fs->v, B * kv_dim);
+	ALLOC(fs->att, B * q_dim);
+	ALLOC(fs->gate, B * F);
+	ALLOC(fs->up, B * F);
+	for (int s = 0; s < MAX_SLOTS; s++)
+		ALLOC(fs->xq[s], B * fs->xq_stride);
+	ALLOC(fs->rope_cos, B * (hp->rope_dim / 2 + 1));
+	ALLOC(fs->rope_sin, B * (hp->rope_dim / 2 + 1));
+	ALLOC(fs->scores, (size_t) c->params.n_threads * c->params.n_ctx);
+	ALLOC(fs->out_tok, B);
+	ALLOC(fs->out_rows, B);
+#undef ALLOC
+	if (!ok)
+		return opus_error_set(err, OPUS_ERR_NOMEM, "out of memory for forward buffers");
+
+	if (strcmp(opus_qtype_cpu_variant(), "avx2") == 0)
+	{
+		fs->dot_f16 = opus_fwd_dot_f16_avx2;
+		fs->axpy_f16 = opus_fwd_axpy_f16_avx2;
+		fs->to_f16 = opus_fwd_to_f16_avx2;
+	}
+	else
+	{
+		fs->dot_f16 = dot_f16_ref;
+		fs->axpy_f16 = axpy_f16_ref;
+		fs->to_f16 = to_f16_ref;
+	}
+	return OPUS_OK;
+}
+
+void
+opus_fwd_state_free(struct opus_fwd_state *fs)
+{
+	if (!fs)
+		return;
+	free(fs->tok);
+	free(fs->pos);
+	free(fs->item);
+	free(fs->x);
+	free(fs->xn);
+	free(fs->q);
+	free(fs->k);
+	free(fs->v);
+	free(fs->att);
+	free(fs->gate);
+	free(fs->up);
+	for (int s = 0; s < MAX_SLOTS; s++)
+		free(fs->xq[s]);
+	free(fs->rope_cos);
+	free(fs->rope_sin);
+	free(fs->scores);
+	free(fs->out_tok);
+	free(fs->out_rows);
+	free(fs);
+}
+
+/* ---- entry point ---- */
+
+/* Blocks seq needs to hold n_pos positions. */
+static int64_t
+blocks_for(const struct opus_kv *kv, int64_t n_pos)
+{
+	return (n_pos + kv->block_size - 1) / kv->block_size;
+}
+
+/* Whether appending to seq must first copy its last, shared, partial block. */
+static bool
+needs_cow(const struct opus_kv *kv, const struct opus_seq *s)
+{
+	return s->n_pos % kv->block_size != 0 &&
+		kv->refcount[s->blocks[s->n_pos / kv->block_size]] > 1;
+}
+
+enum opus_status
+opus_forward(struct opus_ctx *c, struct opus_batch_item *items, int n_items,
+			 struct opus_error *err)
+{
+	struct opus_fwd_state *fs = c->fs;
+	struct opus_kv *kv = &c->kv;
+	const struct opus_hparams *hp = &c->model->hp;
+	int64_t		n_tok = 0;
+	int64_t		need = 0;
+	int			t;
+
+	if (n_items < 0 || (n_items > 0 && !items))
+		return opus_error_set(err, OPUS_ERR_INVALID_ARG, "bad batch");
+
+	/* validate everything before touching any sequence */
+	for (int i = 0; i < n_items; i++)
+	{
+		struct opus_batch_item *it = &items[i];
+		struct opus_seq *s = it->seq;
+
+		if (!s || it->n_tokens < 0 || (it->n_tokens > 0 && !it->tokens))
+			return opus_error_set(err, OPUS_ERR_INVALID_ARG,
+								  "batch item %d is malformed", i);
+		if (it->n_tokens == 0)
+			continue;
+		n_tok += it->n_tokens;
+		if (n_tok > fs->n_batch)
+			return opus_error_set(err, OPUS_ERR_INVALID_ARG,
+								  "batch has more than %d tokens", fs->n_batch);
+		if (s->n_pos < 0 || s->n_blocks != blocks_for(kv, s->n_pos))
+			return opus_error_set(err, OPUS_ERR_INVALID_ARG,
+								  "sequence of batch item %d is inconsistent", i);
+		if ((int64_t) s->n_pos + it->n_tokens > c->params.n_ctx)
+			return opus_error_set(err, OPUS_ERR_CONTEXT,
+								  "sequence would reach %lld positions, over the context size %d",
+								  (long long) s->n_pos + it->n_tokens, c->params.n_ctx);
+		for (int j = 0; j < it->n_tokens; j++)
+		{
+			if (it->tokens[j] < 0 || it->tokens[j] >= hp->n_vocab)
+				return opus_error_set(err, OPUS_ERR_TOKENIZE,
+									  "token id %d out of range 0..%d",
+									  it->tokens[j], hp->n_vocab - 1);
+		}
+		for (int j = 0; j < i; j++)
+		{
+			if (items[j].seq == s && items[j].n_tokens > 0)
+				return opus_error_set(err, OPUS_ERR_INVALID_ARG,
+									  "a sequence appears twice in one batch");
+		}
+		need += blocks_for(kv, s->n_pos + it->n_tokens) - s->n_blocks;
+		if (needs_cow(kv, s))
+			need++;
+	}
+	if (need > kv->n_free)
+		return opus_error_set(err, OPUS_ERR_CAPACITY,
+							  "kv cache full: %lld blocks needed, %lld free",
+							  (long long) need, (long long) kv->n_free);
+	if (n_tok == 0)
+		return OPUS_OK;
+
+	/* grow block tables (failure leaves every sequence as it was) */
+	for (int i = 0; i < n_items; i++)
+	{
+		struct opus_seq *s = items[i].seq;
+		int64_t		nb = blocks_for(kv, (int64_t) s->n_pos + items[i].n_tokens);
+
+		if (items[i].n_tokens > 0 && nb > s->n_blocks_cap)
+		{
+			int64_t		cap = s->n_blocks_cap > 0 ? s->n_blocks_cap : 4;
+			int32_t    *nbk;
+
+			while (cap < nb)
+				cap *= 2;
+			nbk = realloc(s->blocks, (size_t) cap * sizeof(int32_t));
+			if (!nbk)
+				return opus_error_set(err, OPUS_ERR_NOMEM, "out of memory for a block table");
+			s->blocks = nbk;
+			s->n_blocks_cap = (int32_t) cap;
+		}
+	}
+
+	/* allocate blocks (cannot fail now), copying a shared partial block */
+	for (int i = 0; i < n_items; i++)
+	{
+		struct opus_seq *s = items[i].seq;
+		int64_t		nb = blocks_for(kv, (int64_t) s->n_pos + items[i].n_tokens);
+
+		if (items[i].n_tokens == 0)
+			continue;
+		if (needs_cow(kv, s))
+		{
+			int32_t		old = s->blocks[s->n_pos / kv->block_size];
+			int32_t		fresh = opus_kv_alloc(kv);
+
+			memcpy(kv->mem + (size_t) fresh * kv->block_bytes,
+				   kv->mem + (size_t) old * kv->block_bytes, kv->block_bytes);
+			opus_kv_unref(kv, old);
+			s->blocks[s->n_pos / kv->block_size] = fresh;
+		}
+		while (s->n_blocks < nb)
+			s->blocks[s->n_blocks++] = opus_kv_alloc(kv);
+	}
+
+	/* lay out the batch's tokens and the logits wanted */
+	t = 0;
+	fs->n_out = 0;
+	for (int i = 0; i < n_items; i++)
+	{
+		struct opus_batch_item *it = &items[i];
+
+		for (int j = 0; j < it->n_tokens; j++, t++)
+		{
+			fs->tok[t] = it->tokens[j];
+			fs->pos[t] = it->seq->n_pos + j;
+			fs->item[t] = i;
+			if (it->logits && (it->logits_all || j == it->n_tokens - 1))
+			{
+				fs->out_tok[fs->n_out] = t;
+				fs->out_rows[fs->n_out] = it->logits +
+					(it->logits_all ? (size_t) j * hp->n_vocab : 0);
+				fs->n_out++;
+			}
+		}
+	}
+	fs->items = items;
+	fs->n_tok = (int) n_tok;
+	for (int k = 0; k < 3; k++)
+		atomic_store(&fs->ctr[k].next, 0);
+
+	opus_pool_run(c->pool, forward_worker, fs);
+
+	for (int i = 0; i < n_items; i++)
+		items[i].seq->n_pos += items[i].n_tokens;
+	return OPUS_OK;
+}
