@@ -16,7 +16,7 @@
 #
 # PostgreSQL refuses to run as root, so when this script runs as root the
 # server-side suites run as the `postgres` user in a postgres-owned copy of
-# sql/, expected/ and test/ under /tmp; logs of failed suites are copied back
+# the work tree under /tmp; logs of failed suites are copied back
 # to tmp_check/ in the repository.  Every process started there is ended on
 # exit, whatever happens.
 #
@@ -167,7 +167,10 @@ export PATH="$("$PG_CONFIG" --bindir 2>/dev/null || echo /usr/lib/postgresql/15/
 if [ $setup_ok -eq 1 ]; then
 	WORK=$(mktemp -d /tmp/opus_pg_test.XXXXXX)
 	mkdir -p "$WORK/repo"
-	cp -r sql expected test "$WORK/repo/" 2>/dev/null
+	# A copy of the work tree (without .git and build outputs) that the
+	# unprivileged user can read and write.
+	tar -C "$ROOT" --exclude=./.git --exclude=./build --exclude=./tmp_check \
+		--exclude=./results -cf - . | tar -C "$WORK/repo" -xf -
 	if [ "$(id -u)" -eq 0 ]; then
 		PGUSER_RUN=postgres
 		chown -R postgres: "$WORK"
