@@ -1,8 +1,883 @@
-/* quant_avx2.c - placeholder; the quant work replaces it. */
+/*
+ * quant_avx2.c - AVX2 + FMA + F16C kernels: the dot products of every weight
+ * type with its activation type (the engine's hot path), activation
+ * quantization (Q8_0 / Q8_1 / Q8_K / F16) and dequantization of the common
+ * types.  Compiled with -mavx2 -mfma -mf16c; opus_qtype_init_cpu() only
+ * installs these after checking the CPU.
+ *
+ * Contract with quant_ref.c (tested by test/unit/test_quant.c):
+ *  - from_float and to_float produce bit-identical output to the reference
+ *    (same formulas, same rounding; products are kept apart from the
+ *    following addition so the compiler cannot fuse them into an FMA);
+ *  - vec_dot computes the same integer block sums exactly and differs only
+ *    in the order of the float accumulation across blocks.
+ *
+ * The integer dot products use the usual AVX2 scheme: _mm256_maddubs_epi16
+ * (unsigned 8-bit x signed 8-bit, pairs summed into 16 bits; no saturation
+ * is possible for these value ranges), then _mm256_madd_epi16 to widen to
+ * 32 bits (by 1, or by the sub-block scales), one FMA per block into a float
+ * accumulator and a single horizontal sum at the end.
+ */
+#include <immintrin.h>
+#include <string.h>
+
+#include "quant_blocks.h"
 #include "quant_kernels.h"
 
-void
-opus_quant_register_avx2(struct opus_qtype_info *table)
+/* ---------------------------------------------------------------------
+ * helpers
+ * --------------------------------------------------------------------- */
+
+static inline float
+hsum_ps(__m256 v)
 {
-	(void) table;
+	__m128		s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+
+	s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+	s = _mm_add_ss(s, _mm_movehdup_ps(s));
+	return _mm_cvtss_f32(s);
+}
+
+static inline int
+hsum_epi32(__m256i v)
+{
+	__m128i		s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+
+	s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
+	s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xB1));
+	return _mm_cvtsi128_si32(s);
+}
+
+static inline float
+hmax_ps(__m256 v)
+{
+	__m128		s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+
+	s = _mm_max_ps(s, _mm_movehl_ps(s, s));
+	s = _mm_max_ss(s, _mm_movehdup_ps(s));
+	return _mm_cvtss_f32(s);
+}
+
+static inline float
+f16(uint16_t h)
+{
+	return _cvtsh_ss(h);
+}
+
+static inline uint16_t
+to_f16(float f)
+{
+	return (uint16_t) _cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT);
+}
+
+/* Hide a product from the optimiser so it cannot be fused with an add. */
+static inline __m256
+unfused(__m256 v)
+{
+	__asm__("" : "+x"(v));
+	return v;
+}
+
+/* 16 bytes of packed nibbles -> 32 bytes in element order (lows, then highs) */
+static inline __m256i
+nibbles32(const uint8_t *qs)
+{
+	__m128i		t = _mm_loadu_si128((const __m128i *) qs);
+	__m256i		v = _mm256_inserti128_si256(_mm256_castsi128_si256(t),
+											_mm_srli_epi16(t, 4), 1);
+
+	return _mm256_and_si256(v, _mm256_set1_epi8(0x0F));
+}
+
+/* byte j = 0xFF where bit j of the 32-bit word is set, else 0 */
+static inline __m256i
+bits_to_bytes(uint32_t bits)
+{
+	const __m256i spread = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0,
+											1, 1, 1, 1, 1, 1, 1, 1,
+											2, 2, 2, 2, 2, 2, 2, 2,
+											3, 3, 3, 3, 3, 3, 3, 3);
+	const __m256i bit = _mm256_set1_epi64x((long long) 0x8040201008040201ULL);
+	__m256i		v = _mm256_shuffle_epi8(_mm256_set1_epi32((int) bits), spread);
+
+	return _mm256_cmpeq_epi8(_mm256_and_si256(v, bit), bit);
+}
+
+/* sum of u[k]*s[k] over groups of 4 bytes, as 8 int32 (u unsigned, s signed) */
+static inline __m256i
+dot_u8_i8(__m256i u, __m256i s)
+{
+	return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
+}
+
+/* the same for two signed vectors (|a| <= 128, so maddubs cannot saturate) */
+static inline __m256i
+dot_i8_i8(__m256i a, __m256i b)
+{
+	return dot_u8_i8(_mm256_sign_epi8(a, a), _mm256_sign_epi8(b, a));
+}
+
+static inline __m256i
+load256(const void *p)
+{
+	return _mm256_loadu_si256((const __m256i *) p);
+}
+
+static inline uint32_t
+load_u32(const uint8_t *p)
+{
+	uint32_t	v;
+
+	memcpy(&v, p, sizeof(v));
+	return v;
+}
+
+/* ---------------------------------------------------------------------
+ * F32 / F16 / BF16 dot products (f32 accumulation, 4 x 8 lanes)
+ * --------------------------------------------------------------------- */
+
+static float
+f32_vec_dot_avx2(int64_t n, const void *w, const void *x)
+{
+	const float *a = w;
+	const float *b = x;
+	__m256		acc0 = _mm256_setzero_ps(),
+				acc1 = _mm256_setzero_ps(),
+				acc2 = _mm256_setzero_ps(),
+				acc3 = _mm256_setzero_ps();
+	int64_t		i = 0;
+	float		sum;
+
+	for (; i + 32 <= n; i += 32)
+	{
+		acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc0);
+		acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), acc1);
+		acc2 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 16), _mm256_loadu_ps(b + i + 16), acc2);
+		acc3 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 24), _mm256_loadu_ps(b + i + 24), acc3);
+	}
+	for (; i + 8 <= n; i += 8)
+		acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc0);
+	sum = hsum_ps(_mm256_add_ps(_mm256_add_ps(acc0, acc1), _mm256_add_ps(acc2, acc3)));
+	for (; i < n; i++)
+		sum += a[i] * b[i];
+	return sum;
+}
+
+static inline __m256
+load_f16x8(const uint16_t *p)
+{
+	return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *) p));
+}
+
+static float
+f16_vec_dot_avx2(int64_t n, const void *w, const void *x)
+{
+	const uint16_t *a = w;
+	const uint16_t *b = x;
+	__m256		acc0 = _mm256_setzero_ps(),
+				acc1 = _mm256_setzero_ps(),
+				acc2 = _mm256_setzero_ps(),
+				acc3 = _mm256_setzero_ps();
+	int64_t		i = 0;
+	float		sum;
+
+	for (; i + 32 <= n; i += 32)
+	{
+		acc0 = _mm256_fmadd_ps(load_f16x8(a + i), load_f16x8(b + i), acc0);
+		acc1 = _mm256_fmadd_ps(load_f16x8(a + i + 8), load_f16x8(b + i + 8), acc1);
+		acc2 = _mm256_fmadd_ps(load_f16x8(a + i + 16), load_f16x8(b + i + 16), acc2);
+		acc3 = _mm256_fmadd_ps(load_f16x8(a + i + 24), load_f16x8(b + i + 24), acc3);
+	}
+	for (; i + 8 <= n; i += 8)
+		acc0 = _mm256_fmadd_ps(load_f16x8(a + i), load_f16x8(b + i), acc0);
+	sum = hsum_ps(_mm256_add_ps(_mm256_add_ps(acc0, acc1), _mm256_add_ps(acc2, acc3)));
+	for (; i < n; i++)
+		sum += f16(a[i]) * f16(b[i]);
+	return sum;
+}
+
+static inline __m256
+load_bf16x8(const uint16_t *p)
+{
+	__m256i		v = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *) p));
+
+	return _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+}
+
+static inline float
+bf16(uint16_t h)
+{
+	uint32_t	u = (uint32_t) h << 16;
+	float		f;
+
+	memcpy(&f, &u, sizeof(f));
+	return f;
+}
+
+static float
+bf16_vec_dot_avx2(int64_t n, const void *w, const void *x)
+{
+	const uint16_t *a = w;
+	const uint16_t *b = x;
+	__m256		acc0 = _mm256_setzero_ps(),
+				acc1 = _mm256_setzero_ps(),
+				acc2 = _mm256_setzero_ps(),
+				acc3 = _mm256_setzero_ps();
+	int64_t		i = 0;
+	float		sum;
+
+	for (; i + 32 <= n; i += 32)
+	{
+		acc0 = _mm256_fmadd_ps(load_bf16x8(a + i), load_bf16x8(b + i), acc0);
+		acc1 = _mm256_fmadd_ps(load_bf16x8(a + i + 8), load_bf16x8(b + i + 8), acc1);
+		acc2 = _mm256_fmadd_ps(load_bf16x8(a + i + 16), load_bf16x8(b + i + 16), acc2);
+		acc3 = _mm256_fmadd_ps(load_bf16x8(a + i + 24), load_bf16x8(b + i + 24), acc3);
+	}
+	for (; i + 8 <= n; i += 8)
+		acc0 = _mm256_fmadd_ps(load_bf16x8(a + i), load_bf16x8(b + i), acc0);
+	sum = hsum_ps(_mm256_add_ps(_mm256_add_ps(acc0, acc1), _mm256_add_ps(acc2, acc3)));
+	for (; i < n; i++)
+		sum += bf16(a[i]) * bf16(b[i]);
+	return sum;
+}
+
+static void
+f16_to_float_avx2(const void *src, float *y, int64_t n)
+{
+	const uint16_t *h = src;
+	int64_t		i = 0;
+
+	for (; i + 8 <= n; i += 8)
+		_mm256_storeu_ps(y + i, load_f16x8(h + i));
+	for (; i < n; i++)
+		y[i] = f16(h[i]);
+}
+
+static void
+f16_from_float_avx2(const float *x, void *dst, int64_t n)
+{
+	uint16_t   *h = dst;
+	int64_t		i = 0;
+
+	for (; i + 8 <= n; i += 8)
+		_mm_storeu_si128((__m128i *) (h + i),
+						 _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT));
+	for (; i < n; i++)
+		h[i] = to_f16(x[i]);
+}
+
+/* ---------------------------------------------------------------------
+ * 32-block weight types
+ * --------------------------------------------------------------------- */
+
+static float
+q4_0_vec_dot_avx2(int64_t n, const void *w, const void *x)
+{
+	const opus_block_q4_0 *a = w;
+	const opus_block_q8_0 *b = x;
+	const __m256i eight = _mm256_set1_epi8(8);
+	__m256		acc0 = _mm256_setzero_ps(),
+				acc1 = _mm256_setzero_ps();
+	int64_t		nb = n / OPUS_QK32,
+				i = 0;
+
+	for (; i + 1 < nb; i += 2)
+	{
+		__m256i		q0 = _mm256_sub_epi8(nibbles32(a[i].qs), eight);
+		__m256i		q1 = _mm256_sub_epi8(nibbles32(a[i + 1].qs), eight);
+		__m256i		s0 = dot_i8_i8(q0, load256(b[i].qs));
+		__m256i		s1 = dot_i8_i8(q1, load256(b[i + 1].qs));
+
+		acc0 = _mm256_fmadd_ps(_mm256_set1_ps(f16(a[i].d) * f16(b[i].d)),
+							   _mm256_cvtepi32_ps(s0), acc0);
+		acc1 = _mm256_fmadd_ps(_mm256_set1_ps(f16(a[i + 1].d) * f16(b[i + 1].d)),
+							   _mm256_cvtepi32_ps(s1), acc1);
+	}
+	for (; i < nb; i++)
+	{
+		__m256i		q0 = _mm256_sub_epi8(nibbles32(a[i].qs), eight);
+
+		acc0 = _mm256_fmadd_ps(_mm256_set1_ps(f16(a[i].d) * f16(b[i].d)),
+							   _mm256_cvtepi32_ps(dot_i8_i8(q0, load256(b[i].qs))), acc0);
+	}
+	return hsum_ps(_mm256_add_ps(acc0, acc1));
+}
+
+static float
+q4_1_vec_dot_avx2(int64_t n, const void *w, const void *x)
+{
+	const opus_block_q4_1 *a = w;
+	const opus_block_q8_1 *b = x;
+	__m256		acc0 = _mm256_setzero_ps(),
+				acc1 = _mm256_setzero_ps();
+	float		summ = 0.0f;
+	int64_t		nb = n / OPUS_QK32,
+				i = 0;
+
+	for (; i + 1 < nb; i += 2)
+	{
+		__m256i		s0 = dot_u8_i8(nibbles32(a[i].qs), load256(b[i].qs));
+		__m256i		s1 = dot_u8_i8(nibbles32(a[i + 1].qs), load256(b[i + 1].qs));
+
+		acc0 = _mm256_fmadd_ps(_mm256_set1_ps(f16(a[i].d) * f16(b[i].d)),
+							   _mm256_cvtepi32_ps(s0), acc0);
+		acc1 = _mm256_fmadd_ps(_mm256_set1_ps(f16(a[i + 1].d) * f16(b[i + 1].d)),
+							   _mm256_cvtepi32_ps(s1), acc1);
+		summ += f16(a[i].m) * f16(b[i].s) + f16(a[i + 1].m) * f16(b[i + 1].s);
+	}
+	for (; i < nb; i++)
+	{
+		__m256i		s0 = dot_u8_i8(nibbles32(a[i].qs), load256(b[i].qs));
+
+		acc0 = _mm256_fmadd_ps(_mm256_set1_ps(f16(a[i].d) * f16(b[i].d)),
+							   _mm256_cvtepi32_ps(s0), acc0);
+		summ += f16(a[i].m) * f16(b[i].s);
+	}
+	return hsum_ps(_mm256_add_ps(acc0, acc1)) + summ;
+}
+
+/* Q5_0 quants as signed bytes: nibble - 16 where the fifth bit is clear */
+static inline __m256i
+q5_0_values(const opus_block_q5_0 *blk)
+{
+	__m256i		hb = bits_to_bytes(load_u32(blk->qh));
+
+	return _mm256_or_si256(nibbles32(blk->qs),
+						   _mm256_andnot_si256(hb, _mm256_set1_epi8((char) 0xF0)));
+}
+
+static float
+q5_0_vec_dot_avx2(int64_t n, const void *w, const void *x)
+{
+	const opus_block_q5_0 *a = w;
+	const opus_block_q8_0 *b = x;
+	__m256		acc0 = _mm256_setzero_ps(),
+				acc1 = _mm256_setzero_ps();
+	int64_t		nb = n / OPUS_QK32,
+				i = 0;
+
+	for (; i + 1 < nb; i += 2)
+	{
+		__m256i		s0 = dot_i8_i8(q5_0_values(&a[i]), load256(b[i].qs));
+		__m256i		s1 = dot_i8_i8(q5_0_values(&a[i + 1]), load256(b[i + 1].qs));
+
+		acc0 = _mm256_fmadd_ps(_mm256_set1_ps(f16(a[i].d) * f16(b[i].d)),
+							   _mm256_cvtepi32_ps(s0), acc0);
+		acc1 = _mm256_fmadd_ps(_mm256_set1_ps(f16(a[i + 1].d) * f16(b[i + 1].d)),
+							   _mm256_cvtepi32_ps(s1), acc1);
+	}
+	for (; i < nb; i++)
+	{
+		__m256i		s0 = dot_i8_i8(q5_0_values(&a[i]), load256(b[i].qs));
+
+		acc0 = _mm256_fmadd_ps(_mm256_set1_ps(f16(a[i].d) * f16(b[i].d)),
+							   _mm256_cvtepi32_ps(s0), acc0);
+	}
+	return hsum_ps(_mm256_add_ps(acc0, acc1));
+}
+
+/* Q5_1 quants as unsigned bytes 0..31 */
+static inline __m256i
+q5_1_values(const opus_block_q5_1 *blk)
+{
+	__m256i		hb = bits_to_bytes(load_u32(blk->qh));
+
+	return _mm256_or_si256(nibbles32(blk->qs),
+						   _mm256_and_si256(hb, _mm256_set1_epi8(0x10)));
+}
+
+static float
+q5_1_vec_dot_avx2(int64_t n, const void *w, const void *x)
+{
+	const opus_block_q5_1 *a = w;
+	const opus_block_q8_1 *b = x;
+	__m256		acc0 = _mm256_setzero_ps(),
+				acc1 = _mm256_setzero_ps();
+	float		summ = 0.0f;
+	int64_t		nb = n / OPUS_QK32,
+				i = 0;
+
+	for (; i + 1 < nb; i += 2)
+	{
+		__m256i		s0 = dot_u8_i8(q5_1_values(&a[i]), load256(b[i].qs));
+		__m256i		s1 = dot_u8_i8(q5_1_values(&a[i + 1]), load256(b[i + 1].qs));
+
+		acc0 = _mm256_fmadd_ps(_mm256_set1_ps(f16(a[i].d) * f16(b[i].d)),
+							   _mm256_cvtepi32_ps(s0), acc0);
+		acc1 = _mm256_fmadd_ps(_mm256_set1_ps(f16(a[i + 1].d) * f16(b[i + 1].d)),
+							   _mm256_cvtepi32_ps(s1), acc1);
+		summ += f16(a[i].m) * f16(b[i].s) + f16(a[i + 1].m) * f16(b[i + 1].s);
+	}
+	for (; i < nb; i++)
+	{
+		__m256i		s0 = dot_u8_i8(q5_1_values(&a[i]), load256(b[i].qs));
+
+		acc0 = _mm256_fmadd_ps(_mm256_set1_ps(f16(a[i].d) * f16(b[i].d)),
+							   _mm256_cvtepi32_ps(s0), acc0);
+		summ += f16(a[i].m) * f16(b[i].s);
+	}
+	return hsum_ps(_mm256_add_ps(acc0, acc1)) + summ;
+}
+
+static float
+q8_0_vec_dot_avx2(int64_t n, const void *w, const void *x)
+{
+	const opus_block_q8_0 *a = w;
+	const opus_block_q8_0 *b = x;
+	__m256		acc0 = _mm256_setzero_ps(),
+				acc1 = _mm256_setzero_ps();
+	int64_t		nb = n / OPUS_QK32,
+				i = 0;
+
+	for (; i + 1 < nb; i += 2)
+	{
+		__m256i		s0 = dot_i8_i8(load256(a[i].qs), load256(b[i].qs));
+		__m256i		s1 = dot_i8_i8(load256(a[i + 1].qs), load256(b[i + 1].qs));
+
+		acc0 = _mm256_fmadd_ps(_mm256_set1_ps(f16(a[i].d) * f16(b[i].d)),
+							   _mm256_cvtepi32_ps(s0), acc0);
+		acc1 = _mm256_fmadd_ps(_mm256_set1_ps(f16(a[i + 1].d) * f16(b[i + 1].d)),
+							   _mm256_cvtepi32_ps(s1), acc1);
+	}
+	for (; i < nb; i++)
+	{
+		__m256i		s0 = dot_i8_i8(load256(a[i].qs), load256(b[i].qs));
+
+		acc0 = _mm256_fmadd_ps(_mm256_set1_ps(f16(a[i].d) * f16(b[i].d)),
+							   _mm256_cvtepi32_ps(s0), acc0);
+	}
+	return hsum_ps(_mm256_add_ps(acc0, acc1));
+}
+
+/* ---------------------------------------------------------------------
+ * K-quants
+ * --------------------------------------------------------------------- */
+
+/*
+ * Unpack the 12 scale bytes of a Q4_K/Q5_K block into 8 scales (bytes 0..7
+ * of *sc) and 8 mins (bytes 0..7 of *mn), see opus_k_scale_min.
+ */
+static inline void
+k_unpack_scales(const uint8_t *packed, __m128i *sc, __m128i *mn)
+{
+	uint32_t	w[3];
+	uint32_t	sc_lo,
+				sc_hi,
+				mn_lo,
+				mn_hi;
+
+	memcpy(w, packed, sizeof(w));
+	sc_lo = w[0] & 0x3f3f3f3fu;
+	mn_lo = w[1] & 0x3f3f3f3fu;
+	sc_hi = (w[2] & 0x0f0f0f0fu) | ((w[0] >> 2) & 0x30303030u);
+	mn_hi = ((w[2] >> 4) & 0x0f0f0f0fu) | ((w[1] >> 2) & 0x30303030u);
+	*sc = _mm_set_epi32(0, 0, (int) sc_hi, (int) sc_lo);
+	*mn = _mm_set_epi32(0, 0, (int) mn_hi, (int) mn_lo);
+}
+
+/* broadcast 16-bit lane k (0..7) of each 128-bit half to the whole half */
+static inline __m256i
+bcast_i16(__m256i v, int k)
+{
+	return _mm256_shuffle_epi8(v, _mm256_set1_epi16((short) ((2 * k) | ((2 * k + 1) << 8))));
+}
+
+/* the min term of a Q4_K/Q5_K block: sum_j m_j * (bsums[2j] + bsums[2j+1]) */
+static inline __m256i
+k_min_products(__m128i mn, const int16_t *bsums)
+{
+	__m256i		m16 = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(mn, mn));
+
+	return _mm256_madd_epi16(m16, load256(bsums));
+}
+
+static float
+q4_K_vec_dot_avx2(int64_t n, const void *w, const void *x)
+{
+	const opus_block_q4_K *a = w;
+	const opus_block_q8_K *b = x;
+	const __m256i m4 = _mm256_set1_epi8(0x0F);
+	__m256		acc = _mm256_setzero_ps(),
+				accm = _mm256_setzero_ps();
+
+	for (int64_t i = 0; i < n / OPUS_QK_K; i++)
+	{
+		const uint8_t *q4 = a[i].qs;
+		const int8_t *q8 = b[i].qs;
+		__m128i		sc,
+					mn;
+		__m256i		sc16,
+					sumi = _mm256_setzero_si256();
+
+		k_unpack_scales(a[i].scales, &sc, &mn);
+		sc16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(sc));
+		accm = _mm256_fmadd_ps(_mm256_set1_ps(b[i].d * f16(a[i].dmin)),
+							   _mm256_cvtepi32_ps(k_min_products(mn, b[i].bsums)), accm);
+
+		for (int c = 0; c < 4; c++)
+		{
+			__m256i		q = load256(q4 + 32 * c);
+			__m256i		lo = _mm256_and_si256(q, m4);
+			__m256i		hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+			__m256i		plo = _mm256_maddubs_epi16(lo, load256(q8 + 64 * c));
+			__m256i		phi = _mm256_maddubs_epi16(hi, load256(q8 + 64 * c + 32));
+
+			plo = _mm256_madd_epi16(plo, bcast_i16(sc16, 2 * c));
+			phi = _mm256_madd_epi16(phi, bcast_i16(sc16, 2 * c + 1));
+			sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(plo, phi));
+		}
+		acc = _mm256_fmadd_ps(_mm256_set1_ps(b[i].d * f16(a[i].d)),
+							  _mm256_cvtepi32_ps(sumi), acc);
+	}
+	return hsum_ps(acc) - hsum_ps(accm);
+}
+
+static float
+q5_K_vec_dot_avx2(int64_t n, const void *w, const void *x)
+{
+	const opus_block_q5_K *a = w;
+	const opus_block_q8_K *b = x;
+	const __m256i m4 = _mm256_set1_epi8(0x0F);
+	const __m256i bit4 = _mm256_set1_epi8(0x10);
+	__m256		acc = _mm256_setzero_ps(),
+				accm = _mm256_setzero_ps();
+
+	for (int64_t i = 0; i < n / OPUS_QK_K; i++)
+	{
+		const uint8_t *q5 = a[i].qs;
+		const int8_t *q8 = b[i].qs;
+		__m256i		hbits = load256(a[i].qh);
+		__m128i		sc,
+					mn;
+		__m256i		sc16,
+					sumi = _mm256_setzero_si256();
+
+		k_unpack_scales(a[i].scales, &sc, &mn);
+		sc16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(sc));
+		accm = _mm256_fmadd_ps(_mm256_set1_ps(b[i].d * f16(a[i].dmin)),
+							   _mm256_cvtepi32_ps(k_min_products(mn, b[i].bsums)), accm);
+
+		for (int c = 0; c < 4; c++)
+		{
+			__m256i		q = load256(q5 + 32 * c);
+			/* bit 2c of qh[l] -> bit 4 of the low value, bit 2c+1 -> high */
+			__m256i		lo = _mm256_or_si256(_mm256_and_si256(q, m4),
+											 _mm256_and_si256(_mm256_slli_epi16(hbits, 4), bit4));
+			__m256i		hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 4), m4),
+											 _mm256_and_si256(_mm256_slli_epi16(hbits, 3), bit4));
+			__m256i		plo = _mm256_maddubs_epi16(lo, load256(q8 + 64 * c));
+			__m256i		phi = _mm256_maddubs_epi16(hi, load256(q8 + 64 * c + 32));
+
+			plo = _mm256_madd_epi16(plo, bcast_i16(sc16, 2 * c));
+			phi = _mm256_madd_epi16(phi, bcast_i16(sc16, 2 * c + 1));
+			sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(plo, phi));
+			hbits = _mm256_srli_epi16(hbits, 2);
+		}
+		acc = _mm256_fmadd_ps(_mm256_set1_ps(b[i].d * f16(a[i].d)),
+							  _mm256_cvtepi32_ps(sumi), acc);
+	}
+	return hsum_ps(acc) - hsum_ps(accm);
+}
+
+/*
+ * Q6_K: quants are 0..63 with an offset of 32.  The offset's contribution,
+ * 32 * sum_g scale_g * sum(q8 of group g), comes from Q8_K's bsums (both use
+ * groups of 16), so the main loop works on unsigned values.  A 32-element
+ * run uses scale 2k in its low 128-bit half and 2k+1 in its high half.
+ */
+static inline __m256i
+q6_scale_pair(__m256i s16, int k)
+{
+	const __m128i lo = _mm_set1_epi16((short) ((4 * k) | ((4 * k + 1) << 8)));
+	const __m128i hi = _mm_set1_epi16((short) ((4 * k + 2) | ((4 * k + 3) << 8)));
+
+	return _mm256_shuffle_epi8(s16, _mm256_set_m128i(hi, lo));
+}
+
+static float
+q6_K_vec_dot_avx2(int64_t n, const void *w, const void *x)
+{
+	const opus_block_q6_K *a = w;
+	const opus_block_q8_K *b = x;
+	const __m256i m4 = _mm256_set1_epi8(0x0F);
+	const __m256i m2 = _mm256_set1_epi8(0x30);
+	__m256		acc = _mm256_setzero_ps();
+
+	for (int64_t i = 0; i < n / OPUS_QK_K; i++)
+	{
+		__m128i		sc8 = _mm_loadu_si128((const __m128i *) a[i].scales);
+		__m256i		off = _mm256_madd_epi16(_mm256_cvtepi8_epi16(sc8), load256(b[i].bsums));
+		__m256i		sumi = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(off, 5));
+
+		for (int h = 0; h < 2; h++)
+		{
+			const uint8_t *ql = a[i].ql + 64 * h;
+			const int8_t *q8 = b[i].qs + 128 * h;
+			__m256i		qh = load256(a[i].qh + 32 * h);
+			__m256i		l0 = load256(ql);
+			__m256i		l1 = load256(ql + 32);
+			__m256i		s16 = _mm256_broadcastsi128_si256(
+														  _mm_cvtepi8_epi16(h ? _mm_unpackhi_epi64(sc8, sc8) : sc8));
+			__m256i		q[4];
+
+			q[0] = _mm256_or_si256(_mm256_and_si256(l0, m4),
+								   _mm256_and_si256(_mm256_slli_epi16(qh, 4), m2));
+			q[1] = _mm256_or_si256(_mm256_and_si256(l1, m4),
+								   _mm256_and_si256(_mm256_slli_epi16(qh, 2), m2));
+			q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
+								   _mm256_and_si256(qh, m2));
+			q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
+								   _mm256_and_si256(_mm256_srli_epi16(qh, 2), m2));
+			for (int k = 0; k < 4; k++)
+			{
+				__m256i		p = _mm256_maddubs_epi16(q[k], load256(q8 + 32 * k));
+
+				sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p, q6_scale_pair(s16, k)));
+			}
+		}
+		acc = _mm256_fmadd_ps(_mm256_set1_ps(b[i].d * f16(a[i].d)),
+							  _mm256_cvtepi32_ps(sumi), acc);
+	}
+	return hsum_ps(acc);
+}
+
+/* ---------------------------------------------------------------------
+ * activation quantization
+ * --------------------------------------------------------------------- */
+
+/* roundf(): round half away from zero, then clamp to [-127, 127] */
+static inline __m256
+round_q8_ps(__m256 v)
+{
+	const __m256 sign = _mm256_set1_ps(-0.0f);
+	__m256		t = _mm256_round_ps(v, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+	__m256		frac = _mm256_andnot_ps(sign, _mm256_sub_ps(v, t));
+	__m256		one = _mm256_or_ps(_mm256_and_ps(v, sign), _mm256_set1_ps(1.0f));
+	__m256		up = _mm256_cmp_ps(frac, _mm256_set1_ps(0.5f), _CMP_GE_OQ);
+
+	t = _mm256_add_ps(t, _mm256_and_ps(up, one));
+	t = _mm256_min_ps(t, _mm256_set1_ps(127.0f));
+	return _mm256_max_ps(t, _mm256_set1_ps(-127.0f));
+}
+
+/* four vectors of 8 int32 (in range) -> 32 int8 in order */
+static inline __m256i
+pack_i32_to_i8(__m256i i0, __m256i i1, __m256i i2, __m256i i3)
+{
+	__m256i		p01 = _mm256_packs_epi32(i0, i1);
+	__m256i		p23 = _mm256_packs_epi32(i2, i3);
+	__m256i		p = _mm256_packs_epi16(p01, p23);
+
+	return _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
+static inline float
+block_amax32(const float *x, __m256 v[4])
+{
+	const __m256 sign = _mm256_set1_ps(-0.0f);
+	__m256		m;
+
+	for (int k = 0; k < 4; k++)
+		v[k] = _mm256_loadu_ps(x + 8 * k);
+	m = _mm256_max_ps(_mm256_max_ps(_mm256_andnot_ps(sign, v[0]), _mm256_andnot_ps(sign, v[1])),
+					  _mm256_max_ps(_mm256_andnot_ps(sign, v[2]), _mm256_andnot_ps(sign, v[3])));
+	return hmax_ps(m);
+}
+
+/* quantize one 32-element block like the reference; returns sum of quants */
+static inline int
+q8_block32(const float *x, int8_t *qs, float *pd)
+{
+	__m256		v[4];
+	__m256i		iv[4];
+	float		d = block_amax32(x, v) / 127.0f;
+	float		id = d != 0.0f ? 1.0f / d : 0.0f;
+	__m256		vid = _mm256_set1_ps(id);
+
+	for (int k = 0; k < 4; k++)
+		iv[k] = _mm256_cvttps_epi32(round_q8_ps(_mm256_mul_ps(v[k], vid)));
+	_mm256_storeu_si256((__m256i *) qs, pack_i32_to_i8(iv[0], iv[1], iv[2], iv[3]));
+	*pd = d;
+	return hsum_epi32(_mm256_add_epi32(_mm256_add_epi32(iv[0], iv[1]),
+									   _mm256_add_epi32(iv[2], iv[3])));
+}
+
+static void
+q8_0_from_float_avx2(const float *x, void *dst, int64_t n)
+{
+	opus_block_q8_0 *y = dst;
+
+	for (int64_t i = 0; i < n / OPUS_QK32; i++)
+	{
+		float		d;
+
+		(void) q8_block32(x + OPUS_QK32 * i, y[i].qs, &d);
+		y[i].d = to_f16(d);
+	}
+}
+
+static void
+q8_1_from_float_avx2(const float *x, void *dst, int64_t n)
+{
+	opus_block_q8_1 *y = dst;
+
+	for (int64_t i = 0; i < n / OPUS_QK32; i++)
+	{
+		float		d;
+		int			sum = q8_block32(x + OPUS_QK32 * i, y[i].qs, &d);
+
+		y[i].d = to_f16(d);
+		y[i].s = to_f16((float) sum * d);
+	}
+}
+
+static void
+q8_K_from_float_avx2(const float *x, void *dst, int64_t n)
+{
+	const __m256 sign = _mm256_set1_ps(-0.0f);
+	opus_block_q8_K *y = dst;
+
+	for (int64_t i = 0; i < n / OPUS_QK_K; i++, x += OPUS_QK_K)
+	{
+		__m256		m = _mm256_setzero_ps();
+		float		amax,
+					mx = 0.0f,
+					iscale;
+		__m256		vamax;
+		__m256		vis;
+
+		for (int k = 0; k < OPUS_QK_K; k += 8)
+			m = _mm256_max_ps(m, _mm256_andnot_ps(sign, _mm256_loadu_ps(x + k)));
+		amax = hmax_ps(m);
+		if (amax == 0.0f)
+		{
+			memset(&y[i], 0, sizeof(y[i]));
+			continue;
+		}
+		/* the first element of largest magnitude, with its sign */
+		vamax = _mm256_set1_ps(amax);
+		for (int k = 0; k < OPUS_QK_K; k += 8)
+		{
+			__m256		v = _mm256_andnot_ps(sign, _mm256_loadu_ps(x + k));
+			int			hit = _mm256_movemask_ps(_mm256_cmp_ps(v, vamax, _CMP_EQ_OQ));
+
+			if (hit)
+			{
+				mx = x[k + __builtin_ctz((unsigned) hit)];
+				break;
+			}
+		}
+		iscale = -127.0f / mx;
+		vis = _mm256_set1_ps(iscale);
+		for (int k = 0; k < OPUS_QK_K; k += 32)
+		{
+			__m256i		iv[4];
+			__m256i		q;
+			long long	sad[4];
+
+			for (int j = 0; j < 4; j++)
+			{
+				__m256i		t = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + k + 8 * j), vis));
+
+				t = _mm256_min_epi32(t, _mm256_set1_epi32(127));
+				iv[j] = _mm256_max_epi32(t, _mm256_set1_epi32(-127));
+			}
+			q = pack_i32_to_i8(iv[0], iv[1], iv[2], iv[3]);
+			_mm256_storeu_si256((__m256i *) (y[i].qs + k), q);
+			/* sums of 16 signed bytes: bias to unsigned, sum absolute values */
+			_mm256_storeu_si256((__m256i *) sad,
+								_mm256_sad_epu8(_mm256_xor_si256(q, _mm256_set1_epi8((char) 0x80)),
+												_mm256_setzero_si256()));
+			y[i].bsums[k / 16] = (int16_t) (sad[0] + sad[1] - 16 * 128);
+			y[i].bsums[k / 16 + 1] = (int16_t) (sad[2] + sad[3] - 16 * 128);
+		}
+		y[i].d = 1.0f / iscale;
+	}
+}
+
+/* ---------------------------------------------------------------------
+ * dequantization
+ * --------------------------------------------------------------------- */
+
+/* 32 bytes of small ints (signed if sgn) times d (plus m) into y[0..31] */
+static inline void
+store_scaled(__m256i q, bool sgn, __m256 d, const __m256 *m, float *y)
+{
+	__m128i		halves[2] = {_mm256_castsi256_si128(q), _mm256_extracti128_si256(q, 1)};
+
+	for (int h = 0; h < 2; h++)
+	{
+		for (int k = 0; k < 2; k++)
+		{
+			__m128i		b8 = k ? _mm_unpackhi_epi64(halves[h], halves[h]) : halves[h];
+			__m256i		i32 = sgn ? _mm256_cvtepi8_epi32(b8) : _mm256_cvtepu8_epi32(b8);
+			__m256		v = _mm256_mul_ps(_mm256_cvtepi32_ps(i32), d);
+
+			if (m)
+				v = _mm256_add_ps(unfused(v), *m);
+			_mm256_storeu_ps(y + 16 * h + 8 * k, v);
+		}
+	}
+}
+
+static void
+q4_0_to_float_avx2(const void *src, float *y, int64_t n)
+{
+	const opus_block_q4_0 *b = src;
+
+	for (int64_t i = 0; i < n / OPUS_QK32; i++)
+		store_scaled(_mm256_sub_epi8(nibbles32(b[i].qs), _mm256_set1_epi8(8)), true,
+					 _mm256_set1_ps(f16(b[i].d)), NULL, y + OPUS_QK32 * i);
+}
+
+static void
+q4_1_to_float_avx2(const void *src, float *y, int64_t n)
+{
+	const opus_block_q4_1 *b = src;
+
+	for (int64_t i = 0; i < n / OPUS_QK32; i++)
+	{
+		__m256		m = _mm256_set1_ps(f16(b[i].m));
+
+		store_scaled(nibbles32(b[i].qs), false, _mm256_set1_ps(f16(b[i].d)), &m,
+					 y + OPUS_QK32 * i);
+	}
+}
+
+static void
+q8_0_to_float_avx2(const void *src, float *y, int64_t n)
+{
+	const opus_block_q8_0 *b = src;
+
+	for (int64_t i = 0; i < n / OPUS_QK32; i++)
+		store_scaled(load256(b[i].qs), true, _mm256_set1_ps(f16(b[i].d)), NULL,
+					 y + OPUS_QK32 * i);
+}
+
+/* ---------------------------------------------------------------------
+ * registration
+ * --------------------------------------------------------------------- */
+
+void
+opus_quant_register_avx2(struct opus_qtype_info *t)
+{
+	t[OPUS_TYPE_F32].vec_dot = f32_vec_dot_avx2;
+	t[OPUS_TYPE_F16].vec_dot = f16_vec_dot_avx2;
+	t[OPUS_TYPE_F16].to_float = f16_to_float_avx2;
+	t[OPUS_TYPE_F16].from_float = f16_from_float_avx2;
+	t[OPUS_TYPE_BF16].vec_dot = bf16_vec_dot_avx2;
+	t[OPUS_TYPE_Q4_0].vec_dot = q4_0_vec_dot_avx2;
+	t[OPUS_TYPE_Q4_0].to_float = q4_0_to_float_avx2;
+	t[OPUS_TYPE_Q4_1].vec_dot = q4_1_vec_dot_avx2;
+	t[OPUS_TYPE_Q4_1].to_float = q4_1_to_float_avx2;
+	t[OPUS_TYPE_Q5_0].vec_dot = q5_0_vec_dot_avx2;
+	t[OPUS_TYPE_Q5_1].vec_dot = q5_1_vec_dot_avx2;
+	t[OPUS_TYPE_Q8_0].vec_dot = q8_0_vec_dot_avx2;
+	t[OPUS_TYPE_Q8_0].to_float = q8_0_to_float_avx2;
+	t[OPUS_TYPE_Q8_0].from_float = q8_0_from_float_avx2;
+	t[OPUS_TYPE_Q8_1].from_float = q8_1_from_float_avx2;
+	t[OPUS_TYPE_Q4_K].vec_dot = q4_K_vec_dot_avx2;
+	t[OPUS_TYPE_Q5_K].vec_dot = q5_K_vec_dot_avx2;
+	t[OPUS_TYPE_Q6_K].vec_dot = q6_K_vec_dot_avx2;
+	t[OPUS_TYPE_Q8_K].from_float = q8_K_from_float_avx2;
 }
