@@ -704,7 +704,7 @@ check_tensor_data(struct opus_gguf *g, size_t infos_end,
 		t->data = g->base + g->data_off + t->offset;
 	}
 
-	/* n_tensors is bounded by the file size: see opus_gguf_open_memory */
+	/* n_tensors was bounded by the file size in parse() */
 	r = malloc((size_t) g->n_tensors * sizeof(*r));
 	if (r == NULL)
 		return opus_error_set(err, OPUS_ERR_NOMEM, "out of memory checking tensor ranges");
