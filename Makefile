@@ -8,7 +8,18 @@
 EXTENSION = opus_pg
 MODULE_big = opus_pg
 OBJS = $(patsubst %.c,%.o,$(sort $(wildcard src/pg/*.c)))
+DATA = sql/opus_pg--0.1.0.sql
 PG_CPPFLAGS = -Isrc
+# Our own code builds warning-free; OPUS_PG_WERROR= turns -Werror off.
+OPUS_PG_WERROR ?= -Werror
+PG_CFLAGS = $(OPUS_PG_WERROR)
+
+# pg_regress suite (sql/<name>.sql, expected/<name>.out).  It needs a server
+# with opus_pg preloaded: run test/run_regress.sh (temporary instance), or
+# `make installcheck` against a running server configured that way.
+REGRESS = setup generate chat tokenize errors settings model
+REGRESS_OPTS = --inputdir=. --load-extension=opus_pg
+
 PG_CONFIG ?= pg_config
 PGXS := $(shell $(PG_CONFIG) --pgxs)
 # Debian's PGXS wants LLVM bitcode for every object; we ship none.
@@ -28,6 +39,26 @@ model: $(DEFAULT_MODEL)
 
 $(DEFAULT_MODEL):
 	test/tools/fetch_model.sh $(DEFAULT_MODEL) $(DEFAULT_MODEL_SHA256)
+
+# `make install` also installs the engine binary next to postgres (where the
+# supervisor looks for it) and the default model where opus.model's default
+# name resolves: $(datadir)/extension/opus_pg/models/.
+OPUS_MODELDIR = $(datadir)/extension/opus_pg/models
+
+.PHONY: install-engine install-model uninstall-engine
+install: install-engine install-model
+uninstall: uninstall-engine
+
+install-engine: build/opus_engine
+	$(MKDIR_P) '$(DESTDIR)$(bindir)'
+	$(INSTALL_PROGRAM) build/opus_engine '$(DESTDIR)$(bindir)/opus_engine'
+
+install-model: $(DEFAULT_MODEL)
+	$(MKDIR_P) '$(DESTDIR)$(OPUS_MODELDIR)'
+	$(INSTALL_DATA) $(DEFAULT_MODEL) '$(DESTDIR)$(OPUS_MODELDIR)/$(DEFAULT_MODEL_FILE)'
+
+uninstall-engine:
+	rm -f '$(DESTDIR)$(bindir)/opus_engine' '$(DESTDIR)$(OPUS_MODELDIR)/$(DEFAULT_MODEL_FILE)'
 
 # ---------------------------------------------------------------------------
 # Test harness (owned by test/run_tests.sh's authors; keep below the rest).

@@ -1,0 +1,630 @@
+/*
+ * functions.c - the SQL-callable functions of opus_pg: argument validation
+ * (every range the engine checks, checked here first, before queuing),
+ * conversion between the database encoding and UTF-8, and shaping results
+ * (text, jsonb in the OpenAI shapes, integer arrays, model and engine
+ * status rows).
+ *
+ * Generation options are arguments 1..10 of opus_generate, opus_chat,
+ * opus_completion and opus_chat_completion, in this order: max_tokens,
+ * temperature, top_p, top_k, min_p, presence_penalty, frequency_penalty,
+ * repetition_penalty, seed, stop.  A NULL option means its default.
+ */
+#include "postgres.h"
+
+#include <math.h>
+#include <time.h>
+
+#include "catalog/pg_type.h"
+#include "common/pg_prng.h"
+#include "fmgr.h"
+#include "funcapi.h"
+#include "mb/pg_wchar.h"
+#include "miscadmin.h"
+#include "utils/array.h"
+#include "utils/builtins.h"
+#include "utils/json.h"
+#include "utils/jsonb.h"
+#include "utils/lsyscache.h"
+#include "utils/timestamp.h"
+
+#include "opus_pg.h"
+
+PG_FUNCTION_INFO_V1(opus_generate);
+PG_FUNCTION_INFO_V1(opus_chat);
+PG_FUNCTION_INFO_V1(opus_completion);
+PG_FUNCTION_INFO_V1(opus_chat_completion);
+PG_FUNCTION_INFO_V1(opus_tokenize);
+PG_FUNCTION_INFO_V1(opus_detokenize);
+PG_FUNCTION_INFO_V1(opus_model_info);
+PG_FUNCTION_INFO_V1(opus_engine_status);
+
+#define OPT_MAX_TOKENS	1
+#define OPT_TEMPERATURE 2
+#define OPT_TOP_P		3
+#define OPT_TOP_K		4
+#define OPT_MIN_P		5
+#define OPT_PRESENCE	6
+#define OPT_FREQUENCY	7
+#define OPT_REPETITION	8
+#define OPT_SEED		9
+#define OPT_STOP		10
+#define N_ARGS			11
+
+/* ---------------------------------------------------------------------
+ * Encoding helpers
+ * --------------------------------------------------------------------- */
+
+/* Server-encoded bytes -> UTF-8 (may return the input pointer). */
+static const char *
+to_utf8(const char *s, size_t len, size_t *out_len)
+{
+	char	   *r = pg_server_to_any(s, (int) len, PG_UTF8);
+
+	*out_len = (r == s) ? len : strlen(r);
+	return r;
+}
+
+/*
+ * UTF-8 bytes from the engine -> a server-encoded, NUL-terminated string.
+ * Invalid UTF-8 (a model can emit a partial character at the very end) is
+ * replaced with U+FFFD so the result is always valid text.
+ */
+static char *
+from_utf8(const char *s, size_t len)
+{
+	StringInfoData buf;
+	size_t		i = 0;
+	char	   *r;
+
+	initStringInfo(&buf);
+	while (i < len)
+	{
+		unsigned char c = (unsigned char) s[i];
+		int			l = (c < 0x80) ? 1 : pg_utf_mblen((const unsigned char *) s + i);
+
+		if (c != 0 && l <= (int) (len - i) && pg_utf8_islegal((const unsigned char *) s + i, l))
+		{
+			appendBinaryStringInfo(&buf, s + i, l);
+			i += l;
+		}
+		else
+		{
+			appendStringInfoString(&buf, "\xEF\xBF\xBD");
+			i++;
+		}
+	}
+	r = pg_any_to_server(buf.data, buf.len, PG_UTF8);
+	return r;
+}
+
+/* ---------------------------------------------------------------------
+ * Argument validation
+ * --------------------------------------------------------------------- */
+
+static double
+float_opt(FunctionCallInfo fcinfo, int argno, double dflt)
+{
+	return PG_ARGISNULL(argno) ? dflt : PG_GETARG_FLOAT8(argno);
+}
+
+static void
+range_error(const char *name, const char *range, double v)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+			 errmsg("%s must be %s", name, range),
+			 errdetail("The value given was %g.", v)));
+}
+
+static void
+parse_options(FunctionCallInfo fcinfo, OpusRequest *req)
+{
+	struct opus_proto_params *p = &req->params;
+	double		v;
+	int64		iv;
+
+	iv = PG_ARGISNULL(OPT_MAX_TOKENS) ? opus_default_max_tokens : PG_GETARG_INT32(OPT_MAX_TOKENS);
+	if (iv < 1 || iv > OPUS_PROTO_MAX_TOKENS)
+		range_error("max_tokens", "between 1 and 1048576", (double) iv);
+	p->max_tokens = (int32) iv;
+
+	v = float_opt(fcinfo, OPT_TEMPERATURE, 1.0);
+	if (!opus_proto_in_range(v, 0.0, 100.0))
+		range_error("temperature", "between 0 and 100", v);
+	p->temperature = (float) v;
+
+	v = float_opt(fcinfo, OPT_TOP_P, 1.0);
+	if (!isfinite(v) || !(v > 0.0) || v > 1.0)
+		range_error("top_p", "greater than 0 and at most 1", v);
+	p->top_p = (float) v;
+
+	iv = PG_ARGISNULL(OPT_TOP_K) ? 0 : PG_GETARG_INT32(OPT_TOP_K);
+	if (iv < 0)
+		range_error("top_k", "0 (off) or positive", (double) iv);
+	p->top_k = (int32) iv;
+
+	v = float_opt(fcinfo, OPT_MIN_P, 0.0);
+	if (!opus_proto_in_range(v, 0.0, 1.0))
+		range_error("min_p", "between 0 and 1", v);
+	p->min_p = (float) v;
+
+	v = float_opt(fcinfo, OPT_PRESENCE, 0.0);
+	if (!opus_proto_in_range(v, -2.0, 2.0))
+		range_error("presence_penalty", "between -2 and 2", v);
+	p->presence_penalty = (float) v;
+
+	v = float_opt(fcinfo, OPT_FREQUENCY, 0.0);
+	if (!opus_proto_in_range(v, -2.0, 2.0))
+		range_error("frequency_penalty", "between -2 and 2", v);
+	p->frequency_penalty = (float) v;
+
+	v = float_opt(fcinfo, OPT_REPETITION, 1.0);
+	if (!isfinite(v) || !(v > 0.0) || v > 10.0)
+		range_error("repetition_penalty", "greater than 0 and at most 10", v);
+	p->repetition_penalty = (float) v;
+
+	if (PG_ARGISNULL(OPT_SEED))
+		p->seed = pg_prng_uint64(&pg_global_prng_state);
+	else
+		p->seed = (uint64) PG_GETARG_INT64(OPT_SEED);
+
+	/* The shared definition must agree with what we just checked. */
+	if (opus_proto_check_params(p) != NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("%s is out of range", opus_proto_check_params(p))));
+
+	req->n_stop = 0;
+	if (!PG_ARGISNULL(OPT_STOP))
+	{
+		ArrayType  *arr = PG_GETARG_ARRAYTYPE_P(OPT_STOP);
+		Datum	   *elems;
+		bool	   *nulls;
+		int			n;
+		int			i;
+
+		if (ARR_NDIM(arr) > 1)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("stop must be a one-dimensional array")));
+		deconstruct_array(arr, TEXTOID, -1, false, TYPALIGN_INT, &elems, &nulls, &n);
+		if (n > OPUS_PROTO_MAX_STOP)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("too many stop strings"),
+					 errdetail("%d were given; at most %d are allowed.", n, OPUS_PROTO_MAX_STOP)));
+		for (i = 0; i < n; i++)
+		{
+			text	   *t;
+			size_t		len;
+			const char *s;
+
+			if (nulls[i])
+				ereport(ERROR,
+						(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+						 errmsg("stop strings must not be null")));
+			t = DatumGetTextPP(elems[i]);
+			s = to_utf8(VARDATA_ANY(t), VARSIZE_ANY_EXHDR(t), &len);
+			if (len == 0 || len > OPUS_PROTO_MAX_STOP_LEN)
+				ereport(ERROR,
+						(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+						 errmsg("stop strings must be between 1 and %d bytes long", OPUS_PROTO_MAX_STOP_LEN),
+						 errdetail("Stop string %d has %zu bytes.", i + 1, len)));
+			req->stop[i].ptr = s;
+			req->stop[i].len = (uint32) len;
+		}
+		req->n_stop = n;
+	}
+}
+
+static void
+check_prompt_size(size_t len, const char *what)
+{
+	if (len > (size_t) opus_max_prompt_bytes)
+		ereport(ERROR,
+				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+				 errmsg("%s is too large", what),
+				 errdetail("It has %zu bytes; opus.max_prompt_bytes is %d.", len, opus_max_prompt_bytes)));
+}
+
+/* Prompt argument 0 as UTF-8. */
+static void
+parse_prompt(FunctionCallInfo fcinfo, OpusRequest *req)
+{
+	text	   *t;
+
+	if (PG_ARGISNULL(0))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("prompt must not be null")));
+	t = PG_GETARG_TEXT_PP(0);
+	req->text = to_utf8(VARDATA_ANY(t), VARSIZE_ANY_EXHDR(t), &req->text_len);
+	check_prompt_size(req->text_len, "prompt");
+}
+
+static void
+messages_error(int index, const char *problem)
+{
+	if (index < 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("messages must be a non-empty JSON array of message objects"),
+				 errdetail("%s", problem),
+				 errhint("Pass messages like '[{\"role\": \"user\", \"content\": \"Hello\"}]'.")));
+	ereport(ERROR,
+			(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+			 errmsg("malformed chat message at index %d", index),
+			 errdetail("%s", problem),
+			 errhint("Each message needs \"role\" (\"system\", \"user\" or \"assistant\") and a string \"content\".")));
+}
+
+/* Messages argument 0 (jsonb, OpenAI form) into req. */
+static void
+parse_messages(FunctionCallInfo fcinfo, OpusRequest *req)
+{
+	Jsonb	   *jb;
+	int			n;
+	int			i;
+	size_t		total = 0;
+
+	if (PG_ARGISNULL(0))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("messages must not be null")));
+	jb = PG_GETARG_JSONB_P(0);
+	if (!JB_ROOT_IS_ARRAY(jb) || JB_ROOT_IS_SCALAR(jb))
+		messages_error(-1, "The value is not a JSON array.");
+	n = JB_ROOT_COUNT(jb);
+	if (n == 0)
+		messages_error(-1, "The array is empty.");
+	if (n > OPUS_PROTO_MAX_MESSAGES)
+		messages_error(-1, "There are too many messages.");
+
+	req->n_messages = n;
+	req->roles = palloc(sizeof(uint8) * n);
+	req->contents = palloc(sizeof(char *) * n);
+	req->content_lens = palloc(sizeof(size_t) * n);
+	for (i = 0; i < n; i++)
+	{
+		JsonbValue *elem = getIthJsonbValueFromContainer(&jb->root, i);
+		JsonbValue	v;
+		char	   *role;
+
+		if (elem == NULL || elem->type != jbvBinary ||
+			!JsonContainerIsObject(elem->val.binary.data))
+			messages_error(i, "The message is not a JSON object.");
+		if (!getKeyJsonValueFromContainer(elem->val.binary.data, "role", 4, &v) ||
+			v.type != jbvString)
+			messages_error(i, "The message has no string \"role\".");
+		role = pnstrdup(v.val.string.val, v.val.string.len);
+		if (strcmp(role, "system") == 0)
+			req->roles[i] = OPUS_ROLE_SYSTEM;
+		else if (strcmp(role, "user") == 0)
+			req->roles[i] = OPUS_ROLE_USER;
+		else if (strcmp(role, "assistant") == 0)
+			req->roles[i] = OPUS_ROLE_ASSISTANT;
+		else
+			messages_error(i, psprintf("The role \"%s\" is not one of \"system\", \"user\", \"assistant\".", role));
+		if (!getKeyJsonValueFromContainer(elem->val.binary.data, "content", 7, &v) ||
+			v.type != jbvString)
+			messages_error(i, "The message has no string \"content\".");
+		req->contents[i] = to_utf8(v.val.string.val, v.val.string.len, &req->content_lens[i]);
+		total += req->content_lens[i];
+	}
+	check_prompt_size(total, "chat messages");
+}
+
+/* ---------------------------------------------------------------------
+ * Generation
+ * --------------------------------------------------------------------- */
+
+static void
+run_generation(FunctionCallInfo fcinfo, uint8 kind, OpusRequest *req, OpusResult *res)
+{
+	OpusCheckPreloaded();
+	memset(req, 0, sizeof(*req));
+	req->kind = kind;
+	if (kind == OPUS_KIND_CHAT)
+		parse_messages(fcinfo, req);
+	else
+		parse_prompt(fcinfo, req);
+	parse_options(fcinfo, req);
+	OpusRunRequest(req, res);
+}
+
+Datum
+opus_generate(PG_FUNCTION_ARGS)
+{
+	OpusRequest req;
+	OpusResult	res;
+
+	run_generation(fcinfo, OPUS_KIND_GENERATE, &req, &res);
+	PG_RETURN_TEXT_P(cstring_to_text(from_utf8(res.data, res.len)));
+}
+
+Datum
+opus_chat(PG_FUNCTION_ARGS)
+{
+	OpusRequest req;
+	OpusResult	res;
+
+	run_generation(fcinfo, OPUS_KIND_CHAT, &req, &res);
+	PG_RETURN_TEXT_P(cstring_to_text(from_utf8(res.data, res.len)));
+}
+
+/* The served model's short name: the file name without ".gguf". */
+static char *
+served_model_name(void)
+{
+	char		path[OPUS_PROTO_PATH_LEN];
+	char	   *base;
+	size_t		len;
+
+	SpinLockAcquire(&OpusShared->engine.mutex);
+	strlcpy(path, OpusShared->engine.model_path, sizeof(path));
+	SpinLockRelease(&OpusShared->engine.mutex);
+	base = strrchr(path, '/');
+	base = pstrdup(base ? base + 1 : path);
+	len = strlen(base);
+	if (len > 5 && strcmp(base + len - 5, ".gguf") == 0)
+		base[len - 5] = '\0';
+	return base;
+}
+
+static Datum
+completion_jsonb(bool chat, const OpusResult *res)
+{
+	StringInfoData buf;
+	char	   *content = from_utf8(res->data, res->len);
+	const char *finish = res->finish == OPUS_PROTO_FINISH_LENGTH ? "length" : "stop";
+	uint64		r = pg_prng_uint64(&pg_global_prng_state);
+
+	initStringInfo(&buf);
+	appendStringInfo(&buf, "{\"id\": \"%s-%016llx%08x\", \"object\": \"%s\", \"created\": %lld, \"model\": ",
+					 chat ? "chatcmpl" : "cmpl", (unsigned long long) r,
+					 (unsigned int) (res->request_id >> 32),
+					 chat ? "chat.completion" : "text_completion",
+					 (long long) time(NULL));
+	escape_json(&buf, served_model_name());
+	appendStringInfoString(&buf, ", \"choices\": [{\"index\": 0, ");
+	if (chat)
+	{
+		appendStringInfoString(&buf, "\"message\": {\"role\": \"assistant\", \"content\": ");
+		escape_json(&buf, content);
+		appendStringInfoString(&buf, "}, ");
+	}
+	else
+	{
+		appendStringInfoString(&buf, "\"text\": ");
+		escape_json(&buf, content);
+		appendStringInfoString(&buf, ", ");
+	}
+	appendStringInfo(&buf, "\"logprobs\": null, \"finish_reason\": \"%s\"}], ", finish);
+	appendStringInfo(&buf,
+					 "\"usage\": {\"prompt_tokens\": %d, \"completion_tokens\": %d, \"total_tokens\": %d, "
+					 "\"prompt_tokens_details\": {\"cached_tokens\": %d}}, ",
+					 res->n_prompt, res->n_completion, res->n_prompt + res->n_completion,
+					 res->n_cached);
+	appendStringInfo(&buf,
+					 "\"timings\": {\"queue_ms\": %.3f, \"ttft_ms\": %.3f, \"engine_ms\": %.3f, \"total_ms\": %.3f}}",
+					 res->queue_ms, res->ttft_ms, res->total_ms, res->elapsed_ms);
+	return DirectFunctionCall1(jsonb_in, CStringGetDatum(buf.data));
+}
+
+Datum
+opus_completion(PG_FUNCTION_ARGS)
+{
+	OpusRequest req;
+	OpusResult	res;
+
+	run_generation(fcinfo, OPUS_KIND_GENERATE, &req, &res);
+	PG_RETURN_DATUM(completion_jsonb(false, &res));
+}
+
+Datum
+opus_chat_completion(PG_FUNCTION_ARGS)
+{
+	OpusRequest req;
+	OpusResult	res;
+
+	run_generation(fcinfo, OPUS_KIND_CHAT, &req, &res);
+	PG_RETURN_DATUM(completion_jsonb(true, &res));
+}
+
+/* ---------------------------------------------------------------------
+ * Tokens
+ * --------------------------------------------------------------------- */
+
+/* Neutral parameters for requests that do not sample. */
+static void
+neutral_params(OpusRequest *req)
+{
+	req->params.max_tokens = 1;
+	req->params.temperature = 0.0f;
+	req->params.top_p = 1.0f;
+	req->params.top_k = 0;
+	req->params.min_p = 0.0f;
+	req->params.repetition_penalty = 1.0f;
+}
+
+Datum
+opus_tokenize(PG_FUNCTION_ARGS)
+{
+	OpusRequest req;
+	OpusResult	res;
+	Datum	   *elems;
+	int			n;
+	int			i;
+
+	OpusCheckPreloaded();
+	memset(&req, 0, sizeof(req));
+	req.kind = OPUS_KIND_TOKENIZE;
+	neutral_params(&req);
+	if (PG_ARGISNULL(0))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("text to tokenize must not be null")));
+	{
+		text	   *t = PG_GETARG_TEXT_PP(0);
+
+		req.text = to_utf8(VARDATA_ANY(t), VARSIZE_ANY_EXHDR(t), &req.text_len);
+	}
+	check_prompt_size(req.text_len, "text to tokenize");
+	OpusRunRequest(&req, &res);
+
+	if (res.len % 4 != 0)
+		elog(ERROR, "opus_pg: token result of %u bytes is not a whole number of tokens", res.len);
+	n = (int) (res.len / 4);
+	elems = palloc(sizeof(Datum) * Max(n, 1));
+	for (i = 0; i < n; i++)
+		elems[i] = Int32GetDatum((int32) opus_proto_get_u32((const uint8_t *) res.data + 4 * i));
+	PG_RETURN_ARRAYTYPE_P(construct_array(elems, n, INT4OID, sizeof(int32), true, TYPALIGN_INT));
+}
+
+Datum
+opus_detokenize(PG_FUNCTION_ARGS)
+{
+	OpusRequest req;
+	OpusResult	res;
+	ArrayType  *arr;
+	Datum	   *elems;
+	bool	   *nulls;
+	int			n;
+	int			i;
+
+	OpusCheckPreloaded();
+	if (PG_ARGISNULL(0))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("token array must not be null")));
+	arr = PG_GETARG_ARRAYTYPE_P(0);
+	if (ARR_NDIM(arr) > 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("token array must be one-dimensional")));
+	deconstruct_array(arr, INT4OID, sizeof(int32), true, TYPALIGN_INT, &elems, &nulls, &n);
+
+	memset(&req, 0, sizeof(req));
+	req.kind = OPUS_KIND_DETOKENIZE;
+	neutral_params(&req);
+	req.n_tokens = n;
+	req.tokens = palloc(sizeof(int32) * Max(n, 1));
+	for (i = 0; i < n; i++)
+	{
+		if (nulls[i])
+			ereport(ERROR,
+					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+					 errmsg("token ids must not be null"),
+					 errdetail("Element %d is null.", i + 1)));
+		req.tokens[i] = DatumGetInt32(elems[i]);
+		if (req.tokens[i] < 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("token id %d is out of range", req.tokens[i]),
+					 errdetail("Token ids are not negative.")));
+	}
+	if (n == 0)
+		PG_RETURN_TEXT_P(cstring_to_text(""));
+	OpusRunRequest(&req, &res);
+	PG_RETURN_TEXT_P(cstring_to_text(from_utf8(res.data, res.len)));
+}
+
+/* ---------------------------------------------------------------------
+ * Model and engine status
+ * --------------------------------------------------------------------- */
+
+Datum
+opus_model_info(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	struct opus_proto_ready info;
+	char		path[OPUS_PROTO_PATH_LEN];
+	Datum		values[9];
+	bool		nulls[9];
+
+	OpusCheckPreloaded();
+	OpusWaitEngineReady(&info, path, sizeof(path));
+	InitMaterializedSRF(fcinfo, 0);
+	memset(nulls, 0, sizeof(nulls));
+	values[0] = CStringGetTextDatum(info.name);
+	values[1] = CStringGetTextDatum(info.arch);
+	values[2] = Int64GetDatum(info.n_params);
+	values[3] = CStringGetTextDatum(info.tensor_type);
+	values[4] = Int32GetDatum(info.n_ctx);
+	values[5] = Int32GetDatum(info.n_vocab);
+	values[6] = Int32GetDatum(info.n_layer);
+	values[7] = Int32GetDatum(info.n_embd);
+	values[8] = CStringGetTextDatum(path);
+	tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+	return (Datum) 0;
+}
+
+static const char *
+engine_state_name(OpusEngineState s)
+{
+	switch (s)
+	{
+		case OPUS_ENGINE_STOPPED:
+			return "stopped";
+		case OPUS_ENGINE_STARTING:
+			return "starting";
+		case OPUS_ENGINE_READY:
+			return "ready";
+		case OPUS_ENGINE_BACKOFF:
+			return "restarting";
+		case OPUS_ENGINE_FAILED:
+			return "failed";
+	}
+	return "unknown";
+}
+
+Datum
+opus_engine_status(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	OpusEngineStatus snap;
+	Datum		values[14];
+	bool		nulls[14];
+	int			busy = 0;
+	int			i;
+
+	OpusCheckPreloaded();
+	SpinLockAcquire(&OpusShared->engine.mutex);
+	memcpy(&snap, &OpusShared->engine, sizeof(snap));
+	SpinLockRelease(&OpusShared->engine.mutex);
+	for (i = 0; i < OpusShared->n_slots; i++)
+	{
+		OpusSlot   *slot = OpusGetSlot(i);
+
+		SpinLockAcquire(&slot->mutex);
+		busy += slot->state != OPUS_SLOT_FREE;
+		SpinLockRelease(&slot->mutex);
+	}
+
+	InitMaterializedSRF(fcinfo, 0);
+	memset(nulls, 0, sizeof(nulls));
+	values[0] = CStringGetTextDatum(engine_state_name(snap.state));
+	values[1] = Int32GetDatum(snap.supervisor_pid);
+	nulls[1] = snap.supervisor_pid == 0;
+	values[2] = Int32GetDatum(snap.engine_pid);
+	nulls[2] = snap.engine_pid == 0;
+	values[3] = Int64GetDatum(snap.starts);
+	values[4] = Int64GetDatum(snap.restarts);
+	values[5] = TimestampTzGetDatum(snap.started_at);
+	nulls[5] = snap.started_at == 0;
+	values[6] = TimestampTzGetDatum(snap.ready_at);
+	nulls[6] = snap.ready_at == 0;
+	values[7] = CStringGetTextDatum(snap.model_path);
+	nulls[7] = snap.model_path[0] == '\0';
+	values[8] = CStringGetTextDatum(snap.last_error);
+	nulls[8] = snap.last_error[0] == '\0';
+	values[9] = CStringGetTextDatum(snap.last_exit);
+	nulls[9] = snap.last_exit[0] == '\0';
+	values[10] = Int32GetDatum(busy);
+	values[11] = Int32GetDatum(snap.stats.n_active);
+	values[12] = Int32GetDatum(OpusShared->n_slots);
+	values[13] = Int64GetDatum(snap.stats.tokens_decode);
+	tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+	return (Datum) 0;
+}

@@ -1,0 +1,204 @@
+/*
+ * opus_pg.c - module entry point: settings, shared-memory hooks and the
+ * supervisor's registration.
+ *
+ * Loaded through shared_preload_libraries, _PG_init defines the opus.*
+ * settings, requests shared memory (shmem_request_hook), creates it
+ * (shmem_startup_hook) and registers the supervisor background worker.
+ * Loaded any other way (CREATE EXTENSION in a server without preloading),
+ * it only defines the settings, so the extension can be created, and every
+ * SQL function fails with 55000 and a hint (OpusCheckPreloaded).
+ */
+#include "postgres.h"
+
+#include <limits.h>
+
+#include "fmgr.h"
+#include "miscadmin.h"
+#include "storage/ipc.h"
+#include "storage/shmem.h"
+#include "utils/guc.h"
+
+#include "opus_pg.h"
+
+PG_MODULE_MAGIC;
+
+char	   *opus_model = NULL;
+char	   *opus_device = NULL;
+int			opus_threads = 2;
+int			opus_max_requests = 64;
+int			opus_kv_cache_size_mb = 64;
+int			opus_default_max_tokens = 128;
+int			opus_request_timeout_ms = 0;
+int			opus_max_prompt_bytes = 256 * 1024;
+int			opus_request_buffer_kb = 512;
+char	   *opus_engine_path = NULL;
+
+bool		opus_pg_preloaded = false;
+
+static shmem_request_hook_type prev_shmem_request_hook = NULL;
+static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
+
+void		_PG_init(void);
+
+static void
+opus_shmem_request(void)
+{
+	if (prev_shmem_request_hook)
+		prev_shmem_request_hook();
+	RequestAddinShmemSpace(OpusShmemSize());
+}
+
+static void
+opus_shmem_startup(void)
+{
+	if (prev_shmem_startup_hook)
+		prev_shmem_startup_hook();
+	OpusShmemInit();
+}
+
+/* opus.device: "cpu", "auto" or "cuda:N". */
+static bool
+check_opus_device(char **newval, void **extra, GucSource source)
+{
+	const char *v = *newval;
+
+	if (strcmp(v, "cpu") == 0 || strcmp(v, "auto") == 0)
+		return true;
+	if (strncmp(v, "cuda:", 5) == 0 && v[5] != '\0' &&
+		strspn(v + 5, "0123456789") == strlen(v + 5) && strlen(v + 5) <= 3)
+		return true;
+	GUC_check_errdetail("opus.device must be \"cpu\", \"auto\" or \"cuda:N\".");
+	return false;
+}
+
+/* opus.model: not empty, no NUL, fits the protocol's path field. */
+static bool
+check_opus_model(char **newval, void **extra, GucSource source)
+{
+	if ((*newval)[0] == '\0')
+	{
+		GUC_check_errdetail("opus.model must name a model or a GGUF file.");
+		return false;
+	}
+	if (strlen(*newval) >= OPUS_PROTO_PATH_LEN - 64)
+	{
+		GUC_check_errdetail("opus.model is too long.");
+		return false;
+	}
+	return true;
+}
+
+static void
+opus_define_settings(void)
+{
+	DefineCustomStringVariable("opus.model",
+							   "The model the engine serves: a GGUF file path or an installed model name.",
+							   "A bare name is looked up as <sharedir>/extension/opus_pg/models/<name>.gguf. "
+							   "The engine reloads when this changes on a configuration reload.",
+							   &opus_model,
+							   "SmolLM2-135M-Instruct.Q4_1",
+							   PGC_SUSET,
+							   0,
+							   check_opus_model, NULL, NULL);
+	DefineCustomStringVariable("opus.device",
+							   "The device the engine runs on: cpu, auto or cuda:N.",
+							   NULL,
+							   &opus_device,
+							   "cpu",
+							   PGC_SUSET,
+							   0,
+							   check_opus_device, NULL, NULL);
+	DefineCustomIntVariable("opus.threads",
+							"Engine worker threads (0 = one per CPU).",
+							NULL,
+							&opus_threads,
+							2, 0, 1024,
+							PGC_SIGHUP,
+							0,
+							NULL, NULL, NULL);
+	DefineCustomIntVariable("opus.max_requests",
+							"Request slots in shared memory: the most requests queued or running at once.",
+							NULL,
+							&opus_max_requests,
+							64, 1, 10000,
+							PGC_POSTMASTER,
+							0,
+							NULL, NULL, NULL);
+	DefineCustomIntVariable("opus.kv_cache_size",
+							"Memory for the engine's KV cache.",
+							NULL,
+							&opus_kv_cache_size_mb,
+							64, 1, INT_MAX / 2,
+							PGC_POSTMASTER,
+							GUC_UNIT_MB,
+							NULL, NULL, NULL);
+	DefineCustomIntVariable("opus.request_buffer_size",
+							"Shared-memory buffer per request slot, holding the prompt and then the result.",
+							NULL,
+							&opus_request_buffer_kb,
+							512, 64, 1024 * 1024,
+							PGC_POSTMASTER,
+							GUC_UNIT_KB,
+							NULL, NULL, NULL);
+	DefineCustomIntVariable("opus.default_max_tokens",
+							"Tokens generated when max_tokens is not given.",
+							NULL,
+							&opus_default_max_tokens,
+							128, 1, OPUS_PROTO_MAX_TOKENS,
+							PGC_USERSET,
+							0,
+							NULL, NULL, NULL);
+	DefineCustomIntVariable("opus.request_timeout",
+							"Cancel a request that waits longer than this (0 = no limit).",
+							NULL,
+							&opus_request_timeout_ms,
+							0, 0, INT_MAX,
+							PGC_USERSET,
+							GUC_UNIT_MS,
+							NULL, NULL, NULL);
+	DefineCustomIntVariable("opus.max_prompt_bytes",
+							"The largest prompt (or all chat messages together) accepted.",
+							NULL,
+							&opus_max_prompt_bytes,
+							256 * 1024, 1, INT_MAX,
+							PGC_USERSET,
+							GUC_UNIT_BYTE,
+							NULL, NULL, NULL);
+	DefineCustomStringVariable("opus.engine_path",
+							   "The opus_engine binary the supervisor runs (empty = the server's bin directory).",
+							   NULL,
+							   &opus_engine_path,
+							   "",
+							   PGC_POSTMASTER,
+							   GUC_SUPERUSER_ONLY,
+							   NULL, NULL, NULL);
+	MarkGUCPrefixReserved("opus");
+}
+
+void
+_PG_init(void)
+{
+	opus_define_settings();
+
+	if (!process_shared_preload_libraries_in_progress)
+		return;
+
+	opus_pg_preloaded = true;
+	prev_shmem_request_hook = shmem_request_hook;
+	shmem_request_hook = opus_shmem_request;
+	prev_shmem_startup_hook = shmem_startup_hook;
+	shmem_startup_hook = opus_shmem_startup;
+	OpusRegisterSupervisor();
+}
+
+void
+OpusCheckPreloaded(void)
+{
+	if (!opus_pg_preloaded || OpusShared == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("opus_pg is not loaded through shared_preload_libraries"),
+				 errdetail("The inference engine is supervised by a background worker that only a preloaded library can start."),
+				 errhint("Add opus_pg to shared_preload_libraries and restart the server.")));
+}

@@ -1,0 +1,190 @@
+/*
+ * opus_pg.h - declarations shared by the files of the opus_pg extension
+ * library: settings, the shared-memory state (request slots and engine
+ * status), the supervisor entry point and the error mapping.
+ *
+ * Nothing here includes engine headers; the wire format comes from
+ * src/protocol.h only.
+ */
+#ifndef OPUS_PG_H
+#define OPUS_PG_H
+
+#include "postgres.h"
+
+#include "storage/condition_variable.h"
+#include "storage/latch.h"
+#include "storage/spin.h"
+#include "utils/timestamp.h"
+
+#include "protocol.h"
+
+/* ---- settings (opus_pg.c) ---- */
+
+extern char *opus_model;
+extern char *opus_device;
+extern int	opus_threads;
+extern int	opus_max_requests;
+extern int	opus_kv_cache_size_mb;
+extern int	opus_default_max_tokens;
+extern int	opus_request_timeout_ms;
+extern int	opus_max_prompt_bytes;
+extern int	opus_request_buffer_kb;
+extern char *opus_engine_path;
+
+/* True when loaded through shared_preload_libraries (shared memory exists). */
+extern bool opus_pg_preloaded;
+
+/* Raise 55000 unless preloaded and attached to shared memory. */
+extern void OpusCheckPreloaded(void);
+
+/* ---- shared state (shmem.c) ---- */
+
+typedef enum OpusSlotState
+{
+	OPUS_SLOT_FREE = 0,			/* nobody uses it */
+	OPUS_SLOT_FILLING,			/* claimed by a backend that is copying in */
+	OPUS_SLOT_SUBMITTED,		/* ready for the supervisor to send */
+	OPUS_SLOT_RUNNING,			/* sent to the engine */
+	OPUS_SLOT_DONE,				/* result ready for the backend */
+	OPUS_SLOT_ERROR,			/* error ready for the backend */
+	OPUS_SLOT_CANCELLED			/* abandoned by its backend */
+} OpusSlotState;
+
+typedef struct OpusSlot
+{
+	slock_t		mutex;			/* protects state, request_id, pids */
+	OpusSlotState state;
+	uint32		generation;		/* bumped at every claim */
+	uint64		request_id;		/* (generation << 32) | (index + 1) */
+	int			backend_pid;
+	Oid			userid;
+	Oid			dbid;
+	uint8		kind;			/* enum opus_proto_kind */
+	TimestampTz submit_time;
+	ConditionVariable cv;		/* broadcast when state becomes DONE/ERROR */
+
+	/* Written by the backend while FILLING, read by the supervisor. */
+	uint32		payload_len;	/* SUBMIT payload bytes at the start of buf */
+
+	/* Written by the supervisor while RUNNING, read by the backend at DONE/ERROR. */
+	uint32		result_len;		/* TEXT or TOKENS bytes at the start of buf */
+	uint8		finish;			/* enum opus_proto_finish */
+	int32		n_prompt;
+	int32		n_completion;
+	int32		n_cached;
+	double		queue_ms;
+	double		ttft_ms;
+	double		total_ms;
+	int			err_code;		/* OPUS_PROTO_ERR_* or OPUS_PG_ERR_*; 0 = none */
+	char		err_message[OPUS_PROTO_MSG_LEN];
+	char		err_detail[OPUS_PROTO_MSG_LEN];
+} OpusSlot;
+
+typedef enum OpusEngineState
+{
+	OPUS_ENGINE_STOPPED = 0,	/* no supervisor yet, or it is shutting down */
+	OPUS_ENGINE_STARTING,		/* spawned, waiting for READY */
+	OPUS_ENGINE_READY,			/* serving */
+	OPUS_ENGINE_BACKOFF,		/* died; restart scheduled */
+	OPUS_ENGINE_FAILED			/* cannot start (model / binary); retried with backoff */
+} OpusEngineState;
+
+typedef struct OpusEngineStatus
+{
+	slock_t		mutex;			/* protects everything below */
+	OpusEngineState state;
+	int			supervisor_pid;
+	int			supervisor_procno;	/* for SetLatch; -1 when none */
+	int			engine_pid;
+	int64		starts;			/* engine processes spawned */
+	int64		restarts;		/* unexpected engine exits */
+	TimestampTz started_at;		/* last spawn */
+	TimestampTz ready_at;		/* last READY */
+	int			last_err_code;	/* error for callers while FAILED */
+	char		last_error[OPUS_PROTO_MSG_LEN];
+	char		last_error_detail[OPUS_PROTO_MSG_LEN];
+	char		last_exit[OPUS_PROTO_MSG_LEN];	/* how the last engine ended */
+	char		model_path[OPUS_PROTO_PATH_LEN];
+	struct opus_proto_ready model;	/* valid when ever_ready */
+	bool		ever_ready;
+	struct opus_proto_stats stats;
+	ConditionVariable cv;		/* broadcast on every state change */
+} OpusEngineStatus;
+
+typedef struct OpusSharedState
+{
+	OpusEngineStatus engine;
+	int			n_slots;
+	Size		slot_buf_size;	/* bytes of buf per slot */
+	Size		slot_stride;	/* bytes between slot starts */
+	/* n_slots x (OpusSlot + buffer), MAXALIGNed, follow */
+} OpusSharedState;
+
+extern OpusSharedState *OpusShared;
+
+extern Size OpusShmemSize(void);
+extern void OpusShmemInit(void);
+extern OpusSlot *OpusGetSlot(int index);
+extern char *OpusSlotBuf(OpusSlot *slot);
+extern int	OpusSlotIndexFromId(uint64 request_id);
+extern void OpusWakeSupervisor(void);
+
+/* ---- supervisor (supervisor.c) ---- */
+
+extern PGDLLEXPORT void OpusSupervisorMain(Datum arg);
+extern void OpusRegisterSupervisor(void);
+extern bool OpusResolveModelPath(const char *setting, char *out, size_t outlen);
+
+/* ---- requests (request.c) ---- */
+
+typedef struct OpusRequest
+{
+	uint8		kind;
+	struct opus_proto_params params;
+	int			n_stop;
+	struct opus_proto_str stop[OPUS_PROTO_MAX_STOP];
+	/* GENERATE / TOKENIZE: UTF-8 text */
+	const char *text;
+	size_t		text_len;
+	/* CHAT: messages (UTF-8, roles OPUS_ROLE_*) */
+	int			n_messages;
+	uint8	   *roles;
+	const char **contents;
+	size_t	   *content_lens;
+	/* DETOKENIZE */
+	int32	   *tokens;
+	int			n_tokens;
+} OpusRequest;
+
+typedef struct OpusResult
+{
+	uint64		request_id;
+	char	   *data;			/* palloc'd copy of the result bytes (+ NUL) */
+	uint32		len;
+	uint8		finish;
+	int32		n_prompt;
+	int32		n_completion;
+	int32		n_cached;
+	double		queue_ms;
+	double		ttft_ms;
+	double		total_ms;
+	double		elapsed_ms;		/* as seen by the backend, claim to result */
+} OpusResult;
+
+extern void OpusRunRequest(const OpusRequest *req, OpusResult *res);
+extern void OpusWaitEngineReady(struct opus_proto_ready *info, char *path, size_t pathlen);
+
+/* ---- errors (errors.c) ---- */
+
+/* PostgreSQL-side error codes that share err_code with OPUS_PROTO_ERR_*. */
+#define OPUS_PG_ERR_ENGINE_DIED		1001	/* engine exited mid-request */
+#define OPUS_PG_ERR_ENGINE_DOWN		1002	/* engine cannot start */
+#define OPUS_PG_ERR_MODEL_MISSING	1003	/* model file not found */
+#define OPUS_PG_ERR_RESULT_TOO_LARGE 1004	/* result overflowed the slot buffer */
+#define OPUS_PG_ERR_ENGINE_MISSING	1005	/* engine binary not found */
+#define OPUS_PG_ERR_PROTOCOL		1006	/* engine broke the protocol */
+
+extern int	OpusSqlstateFor(int err_code);
+extern void OpusRaiseError(int err_code, const char *message, const char *detail) pg_attribute_noreturn();
+
+#endif							/* OPUS_PG_H */

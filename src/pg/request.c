@@ -1,0 +1,364 @@
+/*
+ * request.c - a backend's side of a request: claim a slot, copy the request
+ * in, wake the supervisor, sleep on the slot's condition variable, copy the
+ * result out, free the slot.
+ *
+ * Arguments are validated by the caller (functions.c) before anything is
+ * queued.  While the request is out, a PG_ENSURE_ERROR_CLEANUP callback
+ * covers every way the wait can end early (statement_timeout,
+ * pg_cancel_backend, pg_terminate_backend, opus.request_timeout, any
+ * ERROR or FATAL): it marks the slot CANCELLED, so the supervisor tells the
+ * engine to drop the request and frees the slot.  Slot ownership follows
+ * the rules at the top of shmem.c.
+ */
+#include "postgres.h"
+
+#include "miscadmin.h"
+#include "pgstat.h"
+#include "port/atomics.h"
+#include "storage/ipc.h"
+#include "utils/timestamp.h"
+
+#include "opus_pg.h"
+
+/* Where a claim starts looking, so backends spread over the slots. */
+static int	next_claim_hint = -1;
+
+/*
+ * The cleanup callback: give up on the request `arg` (its id).  Runs on
+ * ERROR (from PG_CATCH) and at process exit.
+ */
+static void
+abandon_request(int code, Datum arg)
+{
+	uint64		id = (uint64) DatumGetInt64(arg);
+	int			i = OpusSlotIndexFromId(id);
+	OpusSlot   *slot;
+	bool		wake = false;
+
+	if (i < 0)
+		return;
+	slot = OpusGetSlot(i);
+	SpinLockAcquire(&slot->mutex);
+	if (slot->request_id == id)
+	{
+		switch (slot->state)
+		{
+			case OPUS_SLOT_FILLING:
+			case OPUS_SLOT_DONE:
+			case OPUS_SLOT_ERROR:
+				slot->state = OPUS_SLOT_FREE;
+				break;
+			case OPUS_SLOT_SUBMITTED:
+			case OPUS_SLOT_RUNNING:
+				slot->state = OPUS_SLOT_CANCELLED;
+				wake = true;
+				break;
+			default:
+				break;
+		}
+	}
+	SpinLockRelease(&slot->mutex);
+	if (wake)
+		OpusWakeSupervisor();
+}
+
+/* Bytes the SUBMIT payload of req needs. */
+static Size
+payload_size(const OpusRequest *req)
+{
+	Size		n = OPUS_PROTO_SUBMIT_FIXED + 8;
+	int			i;
+
+	for (i = 0; i < req->n_stop; i++)
+		n = add_size(n, 4 + (Size) req->stop[i].len);
+	switch (req->kind)
+	{
+		case OPUS_KIND_GENERATE:
+		case OPUS_KIND_TOKENIZE:
+			n = add_size(n, req->text_len);
+			break;
+		case OPUS_KIND_CHAT:
+			for (i = 0; i < req->n_messages; i++)
+				n = add_size(n, 5 + req->content_lens[i]);
+			break;
+		case OPUS_KIND_DETOKENIZE:
+			n = add_size(n, mul_size(4, req->n_tokens));
+			break;
+	}
+	return n;
+}
+
+static Size
+data_size(const OpusRequest *req)
+{
+	Size		n = 0;
+	int			i;
+
+	switch (req->kind)
+	{
+		case OPUS_KIND_GENERATE:
+		case OPUS_KIND_TOKENIZE:
+			n = req->text_len;
+			break;
+		case OPUS_KIND_CHAT:
+			for (i = 0; i < req->n_messages; i++)
+				n += 5 + req->content_lens[i];
+			break;
+		case OPUS_KIND_DETOKENIZE:
+			n = (Size) req->n_tokens * 4;
+			break;
+	}
+	return n;
+}
+
+/* Encode req as a SUBMIT payload into buf (cap bytes); returns its length. */
+static uint32
+encode_request(const OpusRequest *req, char *buf, Size cap)
+{
+	struct opus_proto_writer w;
+	int			i;
+
+	opus_proto_writer_init(&w, buf, cap);
+	opus_proto_encode_submit_head(&w, req->kind, &req->params, req->n_stop, req->stop);
+	opus_proto_encode_submit_data_head(&w, req->kind == OPUS_KIND_CHAT ? (uint32) req->n_messages :
+									   req->kind == OPUS_KIND_DETOKENIZE ? (uint32) req->n_tokens : 0,
+									   (uint32) data_size(req));
+	switch (req->kind)
+	{
+		case OPUS_KIND_GENERATE:
+		case OPUS_KIND_TOKENIZE:
+			opus_proto_w_bytes(&w, req->text, req->text_len);
+			break;
+		case OPUS_KIND_CHAT:
+			for (i = 0; i < req->n_messages; i++)
+				opus_proto_encode_chat_message(&w, req->roles[i], req->contents[i],
+											   (uint32) req->content_lens[i]);
+			break;
+		case OPUS_KIND_DETOKENIZE:
+			for (i = 0; i < req->n_tokens; i++)
+				opus_proto_w_u32(&w, (uint32) req->tokens[i]);
+			break;
+	}
+	if (w.overflow)
+		elog(ERROR, "opus_pg: request encoding overflowed its buffer");
+	return (uint32) w.len;
+}
+
+/* Claim a free slot (FREE -> FILLING) or raise 53000. */
+static int
+claim_slot(uint8 kind, uint64 *id_out)
+{
+	int			n = OpusShared->n_slots;
+	int			k;
+
+	if (next_claim_hint < 0)
+		next_claim_hint = MyProcPid % n;
+	for (k = 0; k < n; k++)
+	{
+		int			i = (next_claim_hint + k) % n;
+		OpusSlot   *slot = OpusGetSlot(i);
+		bool		got = false;
+
+		if (slot->state != OPUS_SLOT_FREE)
+			continue;			/* unlocked peek; rechecked below */
+		SpinLockAcquire(&slot->mutex);
+		if (slot->state == OPUS_SLOT_FREE)
+		{
+			slot->state = OPUS_SLOT_FILLING;
+			slot->generation++;
+			slot->request_id = ((uint64) slot->generation << 32) | (uint64) (i + 1);
+			slot->backend_pid = MyProcPid;
+			slot->userid = GetUserId();
+			slot->dbid = MyDatabaseId;
+			*id_out = slot->request_id;
+			got = true;
+		}
+		SpinLockRelease(&slot->mutex);
+		if (got)
+		{
+			next_claim_hint = (i + 1) % n;
+			slot->kind = kind;
+			return i;
+		}
+	}
+	ereport(ERROR,
+			(errcode(ERRCODE_INSUFFICIENT_RESOURCES),
+			 errmsg("opus request queue is full"),
+			 errdetail("All %d request slots are in use.", n),
+			 errhint("Retry later, or raise opus.max_requests (requires a restart).")));
+	return -1;					/* keep compiler quiet */
+}
+
+/*
+ * Sleep until the slot is DONE or ERROR.  Interrupts and timeouts raise an
+ * ERROR (the caller's cleanup callback cancels the slot).
+ */
+static void
+wait_for_slot(OpusSlot *slot, TimestampTz start)
+{
+	int			timeout_ms = opus_request_timeout_ms;
+
+	ConditionVariablePrepareToSleep(&slot->cv);
+	for (;;)
+	{
+		OpusSlotState st;
+
+		SpinLockAcquire(&slot->mutex);
+		st = slot->state;
+		SpinLockRelease(&slot->mutex);
+		if (st == OPUS_SLOT_DONE || st == OPUS_SLOT_ERROR)
+			break;
+		if (timeout_ms > 0)
+		{
+			long		elapsed = (long) ((GetCurrentTimestamp() - start) / 1000);
+
+			if (elapsed >= timeout_ms)
+				ereport(ERROR,
+						(errcode(ERRCODE_QUERY_CANCELED),
+						 errmsg("canceling opus request due to opus.request_timeout"),
+						 errdetail("The request did not finish within %d ms.", timeout_ms)));
+			(void) ConditionVariableTimedSleep(&slot->cv, timeout_ms - elapsed,
+											   PG_WAIT_EXTENSION);
+		}
+		else
+			ConditionVariableSleep(&slot->cv, PG_WAIT_EXTENSION);
+	}
+	ConditionVariableCancelSleep();
+	pg_read_barrier();
+}
+
+/*
+ * Run one request to completion.  On success fills *res (data palloc'd in
+ * the current memory context); on any failure raises the mapped SQLSTATE.
+ */
+void
+OpusRunRequest(const OpusRequest *req, OpusResult *res)
+{
+	Size		need;
+	uint64		id = 0;
+	int			index;
+	OpusSlot   *slot;
+	TimestampTz start = GetCurrentTimestamp();
+	int			err_code = 0;
+	char		err_message[OPUS_PROTO_MSG_LEN];
+	char		err_detail[OPUS_PROTO_MSG_LEN];
+
+	OpusCheckPreloaded();
+	need = payload_size(req);
+	if (need > OpusShared->slot_buf_size)
+		ereport(ERROR,
+				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+				 errmsg("opus request is too large"),
+				 errdetail("The request needs %zu bytes, but opus.request_buffer_size is %zu bytes.",
+						   (size_t) need, (size_t) OpusShared->slot_buf_size)));
+
+	index = claim_slot(req->kind, &id);
+	slot = OpusGetSlot(index);
+
+	PG_ENSURE_ERROR_CLEANUP(abandon_request, Int64GetDatum((int64) id));
+	{
+		slot->payload_len = encode_request(req, OpusSlotBuf(slot), OpusShared->slot_buf_size);
+		slot->result_len = 0;
+		slot->err_code = 0;
+		slot->submit_time = start;
+		pg_write_barrier();
+		SpinLockAcquire(&slot->mutex);
+		slot->state = OPUS_SLOT_SUBMITTED;
+		SpinLockRelease(&slot->mutex);
+		OpusWakeSupervisor();
+
+		wait_for_slot(slot, start);
+
+		memset(res, 0, sizeof(*res));
+		res->request_id = id;
+		err_code = slot->err_code;
+		if (slot->state == OPUS_SLOT_ERROR || err_code != 0)
+		{
+			if (err_code == 0)
+				err_code = OPUS_PROTO_ERR_INTERNAL;
+			strlcpy(err_message, slot->err_message, sizeof(err_message));
+			strlcpy(err_detail, slot->err_detail, sizeof(err_detail));
+		}
+		else
+		{
+			res->len = slot->result_len;
+			res->data = palloc(res->len + 1);
+			memcpy(res->data, OpusSlotBuf(slot), res->len);
+			res->data[res->len] = '\0';
+			res->finish = slot->finish;
+			res->n_prompt = slot->n_prompt;
+			res->n_completion = slot->n_completion;
+			res->n_cached = slot->n_cached;
+			res->queue_ms = slot->queue_ms;
+			res->ttft_ms = slot->ttft_ms;
+			res->total_ms = slot->total_ms;
+		}
+		SpinLockAcquire(&slot->mutex);
+		slot->state = OPUS_SLOT_FREE;
+		SpinLockRelease(&slot->mutex);
+	}
+	PG_END_ENSURE_ERROR_CLEANUP(abandon_request, Int64GetDatum((int64) id));
+
+	if (err_code != 0)
+		OpusRaiseError(err_code, err_message, err_detail);
+	res->elapsed_ms = (double) (GetCurrentTimestamp() - start) / 1000.0;
+}
+
+/*
+ * Wait until the engine has a model loaded and copy its description.
+ * Raises the engine's start-up error if it cannot start.
+ */
+void
+OpusWaitEngineReady(struct opus_proto_ready *info, char *path, size_t pathlen)
+{
+	OpusEngineStatus *e;
+	TimestampTz start = GetCurrentTimestamp();
+	int			timeout_ms = opus_request_timeout_ms;
+
+	OpusCheckPreloaded();
+	e = &OpusShared->engine;
+	ConditionVariablePrepareToSleep(&e->cv);
+	for (;;)
+	{
+		OpusEngineState st;
+		int			code;
+		char		msg[OPUS_PROTO_MSG_LEN];
+		char		detail[OPUS_PROTO_MSG_LEN];
+
+		SpinLockAcquire(&e->mutex);
+		st = e->state;
+		code = e->last_err_code;
+		if (st == OPUS_ENGINE_READY)
+		{
+			*info = e->model;
+			strlcpy(path, e->model_path, pathlen);
+		}
+		strlcpy(msg, e->last_error, sizeof(msg));
+		strlcpy(detail, e->last_error_detail, sizeof(detail));
+		SpinLockRelease(&e->mutex);
+
+		if (st == OPUS_ENGINE_READY)
+			break;
+		if (st == OPUS_ENGINE_FAILED)
+		{
+			ConditionVariableCancelSleep();
+			OpusRaiseError(code ? code : OPUS_PG_ERR_ENGINE_DOWN,
+						   msg[0] ? msg : "opus engine is not running", detail);
+		}
+		if (timeout_ms > 0)
+		{
+			long		elapsed = (long) ((GetCurrentTimestamp() - start) / 1000);
+
+			if (elapsed >= timeout_ms)
+				ereport(ERROR,
+						(errcode(ERRCODE_QUERY_CANCELED),
+						 errmsg("canceling opus request due to opus.request_timeout"),
+						 errdetail("The engine did not become ready within %d ms.", timeout_ms)));
+			(void) ConditionVariableTimedSleep(&e->cv, timeout_ms - elapsed, PG_WAIT_EXTENSION);
+		}
+		else
+			ConditionVariableSleep(&e->cv, PG_WAIT_EXTENSION);
+	}
+	ConditionVariableCancelSleep();
+}

@@ -1,0 +1,141 @@
+/*
+ * shmem.c - opus_pg's shared memory: the engine status and the fixed array
+ * of request slots (opus.max_requests of them, each followed by a buffer of
+ * opus.request_buffer_size bytes).
+ *
+ * Locking rules
+ * -------------
+ * OpusShared->engine.mutex (a spinlock) protects every field of
+ * OpusEngineStatus.  Only the supervisor writes it (and the postmaster at
+ * initialisation); backends copy fields out under the spinlock.  The
+ * condition variable engine.cv is broadcast by the supervisor after every
+ * state change.
+ *
+ * Each slot's mutex (a spinlock) protects state, generation, request_id and
+ * the pids/oids.  Everything else in the slot, and its buffer, is owned by
+ * whoever the state says, and is touched without the lock:
+ *
+ *   FREE       nobody.  A backend claims it: FREE -> FILLING under the lock.
+ *   FILLING    the claiming backend writes parameters and the SUBMIT payload
+ *              into the buffer, then FILLING -> SUBMITTED under the lock and
+ *              sets the supervisor's latch.
+ *   SUBMITTED  the supervisor reads the payload and sends it to the engine,
+ *              then SUBMITTED -> RUNNING under the lock.
+ *   RUNNING    the supervisor appends TEXT/TOKENS to the buffer and, at DONE,
+ *              writes usage/timings/error, then RUNNING -> DONE or ERROR
+ *              under the lock and broadcasts the slot's cv.
+ *   DONE/ERROR the backend reads the result and sets FREE under the lock.
+ *   CANCELLED  the backend gave up (error, cancel, timeout, exit): it may
+ *              set SUBMITTED/RUNNING -> CANCELLED (and FILLING/DONE/ERROR ->
+ *              FREE) under the lock and never touches the slot again.  The
+ *              supervisor owns a CANCELLED slot: it tells the engine, waits
+ *              for the engine's DONE (or the engine's death), then sets FREE.
+ *
+ * So a backend only ever moves a slot out of FREE, FILLING, DONE and ERROR,
+ * or into CANCELLED; the supervisor moves it out of SUBMITTED, RUNNING and
+ * CANCELLED.  No spinlock is held across anything but a few assignments.
+ */
+#include "postgres.h"
+
+#include "miscadmin.h"
+#include "storage/ipc.h"
+#include "storage/lwlock.h"
+#include "storage/proc.h"
+#include "storage/shmem.h"
+
+#include "opus_pg.h"
+
+OpusSharedState *OpusShared = NULL;
+
+static Size
+OpusSlotStride(void)
+{
+	return MAXALIGN(sizeof(OpusSlot)) +
+		MAXALIGN((Size) opus_request_buffer_kb * 1024);
+}
+
+/* Bytes of shared memory opus_pg needs (called in shmem_request_hook). */
+Size
+OpusShmemSize(void)
+{
+	Size		size = MAXALIGN(sizeof(OpusSharedState));
+
+	size = add_size(size, mul_size(opus_max_requests, OpusSlotStride()));
+	return size;
+}
+
+/*
+ * Create or attach to the shared state.  Caller: shmem_startup_hook, in the
+ * postmaster (and in each backend under EXEC_BACKEND).
+ */
+void
+OpusShmemInit(void)
+{
+	bool		found;
+	int			i;
+
+	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
+	OpusShared = ShmemInitStruct("opus_pg", OpusShmemSize(), &found);
+	if (!found)
+	{
+		OpusEngineStatus *e = &OpusShared->engine;
+
+		memset(OpusShared, 0, sizeof(OpusSharedState));
+		SpinLockInit(&e->mutex);
+		e->state = OPUS_ENGINE_STOPPED;
+		e->supervisor_procno = -1;
+		ConditionVariableInit(&e->cv);
+		OpusShared->n_slots = opus_max_requests;
+		OpusShared->slot_buf_size = (Size) opus_request_buffer_kb * 1024;
+		OpusShared->slot_stride = OpusSlotStride();
+		for (i = 0; i < OpusShared->n_slots; i++)
+		{
+			OpusSlot   *slot = OpusGetSlot(i);
+
+			memset(slot, 0, sizeof(OpusSlot));
+			SpinLockInit(&slot->mutex);
+			slot->state = OPUS_SLOT_FREE;
+			ConditionVariableInit(&slot->cv);
+		}
+	}
+	LWLockRelease(AddinShmemInitLock);
+}
+
+OpusSlot *
+OpusGetSlot(int index)
+{
+	char	   *base = (char *) OpusShared + MAXALIGN(sizeof(OpusSharedState));
+
+	Assert(index >= 0 && index < OpusShared->n_slots);
+	return (OpusSlot *) (base + (Size) index * OpusShared->slot_stride);
+}
+
+char *
+OpusSlotBuf(OpusSlot *slot)
+{
+	return (char *) slot + MAXALIGN(sizeof(OpusSlot));
+}
+
+/* Slot index encoded in a request id, or -1 if it cannot be one of ours. */
+int
+OpusSlotIndexFromId(uint64 request_id)
+{
+	uint32		low = (uint32) request_id;
+
+	if (low == 0 || low > (uint32) OpusShared->n_slots)
+		return -1;
+	return (int) low - 1;
+}
+
+/* Set the supervisor's latch, if a supervisor is running. */
+void
+OpusWakeSupervisor(void)
+{
+	int			procno;
+
+	SpinLockAcquire(&OpusShared->engine.mutex);
+	procno = OpusShared->engine.supervisor_procno;
+	SpinLockRelease(&OpusShared->engine.mutex);
+	if (procno >= 0)
+		SetLatch(&ProcGlobal->allProcs[procno].procLatch);
+}
