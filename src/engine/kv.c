@@ -136,3 +136,29 @@ opus_seq_truncate(struct opus_ctx *c, struct opus_seq *s, int32_t n_pos)
 		opus_kv_unref(&c->kv, s->blocks[--s->n_blocks]);
 	s->n_pos = n_pos;
 }
+
+enum opus_status
+opus_seq_fork(struct opus_ctx *c, const struct opus_seq *src,
+			  struct opus_seq *dst, struct opus_error *err)
+{
+	int32_t    *blocks = NULL;
+
+	if (dst->n_blocks != 0 || dst->n_pos != 0)
+		return opus_error_set(err, OPUS_ERR_INVALID_ARG,
+							  "the fork target sequence is not empty");
+	if (src->n_blocks > 0)
+	{
+		blocks = malloc((size_t) src->n_blocks * sizeof(int32_t));
+		if (!blocks)
+			return opus_error_set(err, OPUS_ERR_NOMEM, "out of memory for a block table");
+		memcpy(blocks, src->blocks, (size_t) src->n_blocks * sizeof(int32_t));
+		for (int32_t i = 0; i < src->n_blocks; i++)
+			opus_kv_retain(&c->kv, blocks[i]);
+	}
+	free(dst->blocks);
+	dst->blocks = blocks;
+	dst->n_blocks = src->n_blocks;
+	dst->n_blocks_cap = src->n_blocks;
+	dst->n_pos = src->n_pos;
+	return OPUS_OK;
+}

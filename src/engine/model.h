@@ -120,6 +120,12 @@ void		opus_seq_init(struct opus_seq *s);
 void		opus_seq_release(struct opus_ctx *c, struct opus_seq *s);
 /* Drop cached positions >= n_pos (frees blocks no longer needed). */
 void		opus_seq_truncate(struct opus_ctx *c, struct opus_seq *s, int32_t n_pos);
+/*
+ * Make dst (initialised and empty) a copy of src that shares src's blocks
+ * (reference counted); the first write into a shared partial block copies it.
+ */
+enum opus_status opus_seq_fork(struct opus_ctx *c, const struct opus_seq *src,
+							   struct opus_seq *dst, struct opus_error *err);
 
 struct opus_batch_item
 {
