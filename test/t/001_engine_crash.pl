@@ -19,6 +19,9 @@ my $start_before = start_time($node);
 my $pm_before = postmaster_pid($node);
 my $engine = engine_pid($node);
 ok($engine, 'engine process found under the postmaster');
+my $info = engine_info($node);
+is($info->{engine_pid}, $engine, 'opus_engine view shows the same engine pid');
+is($info->{state}, 'ready', 'engine state is ready');
 
 # An ordinary session, connected before the crash.
 my $other = $node->background_psql('postgres', on_error_stop => 0);
@@ -55,6 +58,10 @@ is($out, 't', 'next call returns text');
 
 my $engine2 = engine_pid($node);
 ok($engine2 && $engine2 != $engine, 'a new engine process runs');
+my $info2 = engine_info($node);
+is($info2->{engine_pid}, $engine2, 'opus_engine view shows the new engine');
+is($info2->{restarts}, $info->{restarts} + 1, 'the restart is counted');
+is($info2->{busy_slots}, 0, 'no request slot left busy');
 
 # The server itself never restarted, the other session kept its connection.
 is(start_time($node), $start_before, 'pg_postmaster_start_time unchanged');

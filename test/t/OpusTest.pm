@@ -23,7 +23,7 @@ our @EXPORT = qw(
   start_query wait_query query_running psql_state sqlstate_of
   poll_until count_log_matches long_sql short_sql active_requests
   generating_backends wait_generating start_time log_offset
-  no_server_crash_ok
+  no_server_crash_ok engine_info
   $LONG_TOKENS);
 
 # Tokens asked of a "long" generation: far more than any timeout in these
@@ -231,14 +231,29 @@ sub count_log_matches
 	return $n;
 }
 
-# active_requests(NODE) - number of requests the extension reports as queued
-# or running (pg_stat_opus_activity).
+# active_requests(NODE) - request slots in use plus requests the engine
+# reports in flight (view opus_engine), or -1 if the view cannot be read.
 sub active_requests
 {
 	my ($node) = @_;
-	my ($rc, $out) =
-	  psql_state($node, 'SELECT count(*) FROM pg_stat_opus_activity', 10);
-	return $rc eq '0' ? $out + 0 : -1;
+	my ($rc, $out) = psql_state($node,
+		'SELECT busy_slots + engine_requests FROM opus_engine', 10);
+	return $rc eq '0' && $out =~ /^\d+$/ ? $out + 0 : -1;
+}
+
+# engine_info(NODE) - hashref of the opus_engine view's row.
+sub engine_info
+{
+	my ($node) = @_;
+	my @cols = qw(state engine_pid starts restarts busy_slots
+	  engine_requests max_requests last_error);
+	my ($rc, $out) = psql_state($node,
+		'SELECT ' . join(', ', @cols) . ' FROM opus_engine', 10);
+	return {} unless $rc eq '0';
+	my @v = split /\|/, $out, scalar(@cols);
+	my %h;
+	@h{@cols} = @v;
+	return \%h;
 }
 
 # generating_backends(NODE) - pids of other backends now running a
