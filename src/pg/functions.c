@@ -218,13 +218,14 @@ parse_options(FunctionCallInfo fcinfo, OpusRequest *req)
 	}
 }
 
+/* what_is: "prompt is", "chat messages are", ... */
 static void
-check_prompt_size(size_t len, const char *what)
+check_prompt_size(size_t len, const char *what_is)
 {
 	if (len > (size_t) opus_max_prompt_bytes)
 		ereport(ERROR,
 				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
-				 errmsg("%s is too large", what),
+				 errmsg("%s too large", what_is),
 				 errdetail("It has %zu bytes; opus.max_prompt_bytes is %d.", len, opus_max_prompt_bytes)));
 }
 
@@ -240,7 +241,7 @@ parse_prompt(FunctionCallInfo fcinfo, OpusRequest *req)
 				 errmsg("prompt must not be null")));
 	t = PG_GETARG_TEXT_PP(0);
 	req->text = to_utf8(VARDATA_ANY(t), VARSIZE_ANY_EXHDR(t), &req->text_len);
-	check_prompt_size(req->text_len, "prompt");
+	check_prompt_size(req->text_len, "prompt is");
 }
 
 static void
@@ -312,7 +313,7 @@ parse_messages(FunctionCallInfo fcinfo, OpusRequest *req)
 		req->contents[i] = to_utf8(v.val.string.val, v.val.string.len, &req->content_lens[i]);
 		total += req->content_lens[i];
 	}
-	check_prompt_size(total, "chat messages");
+	check_prompt_size(total, "chat messages are");
 }
 
 /* ---------------------------------------------------------------------
@@ -470,7 +471,7 @@ opus_tokenize(PG_FUNCTION_ARGS)
 
 		req.text = to_utf8(VARDATA_ANY(t), VARSIZE_ANY_EXHDR(t), &req.text_len);
 	}
-	check_prompt_size(req.text_len, "text to tokenize");
+	check_prompt_size(req.text_len, "text to tokenize is");
 	OpusRunRequest(&req, &res);
 
 	if (res.len % 4 != 0)

@@ -1,0 +1,387 @@
+/*
+ * test_protocol.c - the supervisor <-> engine wire format (src/protocol.h):
+ * every message round-trips through its encoder and parser, and the parsers
+ * reject malformed input (truncation at every length, bad magic/version,
+ * out-of-range fields, NUL bytes, inconsistent lengths, single-byte
+ * corruption) without reading outside the buffer (run under ASan).
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "protocol.h"
+#include "unit.h"
+
+static struct opus_proto_params
+default_params(void)
+{
+	struct opus_proto_params p;
+
+	memset(&p, 0, sizeof(p));
+	p.max_tokens = 16;
+	p.top_k = 40;
+	p.temperature = 0.7f;
+	p.top_p = 0.9f;
+	p.min_p = 0.05f;
+	p.presence_penalty = 0.5f;
+	p.frequency_penalty = -0.5f;
+	p.repetition_penalty = 1.1f;
+	p.seed = 0x0123456789abcdefULL;
+	return p;
+}
+
+/*
+ * Parse buf[0..len) as a SUBMIT from an exact-size heap copy, so ASan sees
+ * any overread.  The copy lives until the next call (m points into it).
+ */
+static uint8_t *submit_copy;
+
+static bool
+parse_submit_copy(const uint8_t *buf, size_t len, struct opus_proto_submit *m, const char **why)
+{
+	free(submit_copy);
+	submit_copy = malloc(len ? len : 1);
+	memcpy(submit_copy, buf, len);
+	return opus_proto_parse_submit(submit_copy, len, m, why);
+}
+
+static void
+test_header(void)
+{
+	uint8_t		b[OPUS_PROTO_HEADER_SIZE];
+	struct opus_proto_header h;
+	const char *why = NULL;
+
+	opus_proto_encode_header(b, 1234, OPUS_MSG_DONE, 0xfeedface12345678ULL);
+	CHECK(opus_proto_parse_header(b, sizeof(b), &h, &why) == OPUS_PROTO_OK, "header parses");
+	CHECK(h.length == 1234 && h.type == OPUS_MSG_DONE && h.id == 0xfeedface12345678ULL,
+		  "header fields round-trip");
+	for (size_t n = 0; n < sizeof(b); n++)
+		CHECK(opus_proto_parse_header(b, n, &h, &why) == OPUS_PROTO_NEED_MORE,
+			  "a %zu-byte header needs more", n);
+
+	opus_proto_encode_header(b, 1, 0, 1);
+	CHECK(opus_proto_parse_header(b, sizeof(b), &h, &why) == OPUS_PROTO_BAD, "type 0 is bad");
+	opus_proto_encode_header(b, 1, OPUS_MSG__COUNT, 1);
+	CHECK(opus_proto_parse_header(b, sizeof(b), &h, &why) == OPUS_PROTO_BAD, "unknown type is bad");
+	opus_proto_encode_header(b, OPUS_PROTO_MAX_PAYLOAD + 1, OPUS_MSG_TEXT, 1);
+	CHECK(opus_proto_parse_header(b, sizeof(b), &h, &why) == OPUS_PROTO_BAD, "oversized payload is bad");
+	opus_proto_encode_header(b, 1, OPUS_MSG_TEXT, 1);
+	b[6] = 1;
+	CHECK(opus_proto_parse_header(b, sizeof(b), &h, &why) == OPUS_PROTO_BAD, "flags must be zero");
+}
+
+static void
+test_hello_ready(void)
+{
+	struct opus_proto_hello h,
+				h2;
+	struct opus_proto_ready r,
+				r2;
+	uint8_t		buf[OPUS_PROTO_READY_SIZE + OPUS_PROTO_HELLO_SIZE];
+	struct opus_proto_writer w;
+	const char *why = NULL;
+
+	memset(&h, 0, sizeof(h));
+	h.magic = OPUS_PROTO_MAGIC;
+	h.version = OPUS_PROTO_VERSION;
+	h.n_threads = 4;
+	h.n_ctx = 0;
+	h.kv_cache_bytes = 64 << 20;
+	strcpy(h.device, "cpu");
+	strcpy(h.model_path, "/models/x.gguf");
+	opus_proto_writer_init(&w, buf, sizeof(buf));
+	opus_proto_encode_hello(&w, &h);
+	CHECK(!w.overflow && w.len == OPUS_PROTO_HELLO_SIZE, "HELLO size %zu", w.len);
+	CHECK(opus_proto_parse_hello(buf, w.len, &h2, &why), "HELLO parses");
+	CHECK(memcmp(&h, &h2, sizeof(h)) == 0, "HELLO round-trips");
+	for (size_t n = 0; n < w.len; n++)
+		CHECK(!opus_proto_parse_hello(buf, n, &h2, &why), "truncated HELLO (%zu) rejected", n);
+
+	/* version mismatch, bad magic, no NUL in the path, garbage after NUL */
+	opus_proto_put_u32(buf + 4, OPUS_PROTO_VERSION + 1);
+	CHECK(!opus_proto_parse_hello(buf, w.len, &h2, &why) &&
+		  strstr(why, "version") != NULL, "version mismatch rejected: %s", why);
+	opus_proto_put_u32(buf + 4, OPUS_PROTO_VERSION);
+	opus_proto_put_u32(buf, 0xdeadbeef);
+	CHECK(!opus_proto_parse_hello(buf, w.len, &h2, &why), "bad magic rejected");
+	opus_proto_put_u32(buf, OPUS_PROTO_MAGIC);
+	memset(buf + 24 + OPUS_PROTO_SHORT_LEN, 'a', OPUS_PROTO_PATH_LEN);
+	CHECK(!opus_proto_parse_hello(buf, w.len, &h2, &why), "unterminated path rejected");
+	memset(buf + 24 + OPUS_PROTO_SHORT_LEN, 0, OPUS_PROTO_PATH_LEN);
+	buf[24 + OPUS_PROTO_SHORT_LEN] = 'x';
+	buf[24 + OPUS_PROTO_SHORT_LEN + 5] = 'y';
+	CHECK(!opus_proto_parse_hello(buf, w.len, &h2, &why), "bytes after the NUL rejected");
+	h.n_threads = 0;
+	opus_proto_writer_init(&w, buf, sizeof(buf));
+	opus_proto_encode_hello(&w, &h);
+	CHECK(!opus_proto_parse_hello(buf, w.len, &h2, &why), "n_threads 0 rejected");
+
+	memset(&r, 0, sizeof(r));
+	r.magic = OPUS_PROTO_MAGIC;
+	r.version = OPUS_PROTO_VERSION;
+	r.n_params = 134515008;
+	r.n_ctx = 8192;
+	r.n_ctx_train = 8192;
+	r.n_vocab = 49152;
+	r.n_layer = 30;
+	r.n_embd = 576;
+	r.n_head = 9;
+	r.n_head_kv = 3;
+	r.pid = 4242;
+	r.kv_tokens = 2048;
+	strcpy(r.name, "SmolLM2");
+	strcpy(r.arch, "llama");
+	strcpy(r.tensor_type, "Q4_1");
+	strcpy(r.chat_template, "chatml");
+	opus_proto_writer_init(&w, buf, sizeof(buf));
+	opus_proto_encode_ready(&w, &r);
+	CHECK(!w.overflow && w.len == OPUS_PROTO_READY_SIZE, "READY size %zu", w.len);
+	CHECK(opus_proto_parse_ready(buf, w.len, &r2, &why), "READY parses");
+	CHECK(memcmp(&r, &r2, sizeof(r)) == 0, "READY round-trips");
+	CHECK(!opus_proto_parse_ready(buf, w.len - 1, &r2, &why), "short READY rejected");
+	r.n_vocab = 0;
+	opus_proto_writer_init(&w, buf, sizeof(buf));
+	opus_proto_encode_ready(&w, &r);
+	CHECK(!opus_proto_parse_ready(buf, w.len, &r2, &why), "n_vocab 0 rejected");
+}
+
+static size_t
+encode_chat(uint8_t *buf, size_t cap, const struct opus_proto_params *p)
+{
+	struct opus_proto_writer w;
+	struct opus_proto_str stop[2] = {{"\n\n", 2}, {"END", 3}};
+	const char *c0 = "You are helpful.";
+	const char *c1 = "Hi!";
+
+	opus_proto_writer_init(&w, buf, cap);
+	opus_proto_encode_submit_head(&w, OPUS_KIND_CHAT, p, 2, stop);
+	opus_proto_encode_submit_data_head(&w, 2, (uint32_t) (5 + strlen(c0) + 5 + strlen(c1)));
+	opus_proto_encode_chat_message(&w, OPUS_ROLE_SYSTEM, c0, (uint32_t) strlen(c0));
+	opus_proto_encode_chat_message(&w, OPUS_ROLE_USER, c1, (uint32_t) strlen(c1));
+	return w.overflow ? 0 : w.len;
+}
+
+static void
+test_submit(void)
+{
+	uint8_t		buf[1024];
+	struct opus_proto_params p = default_params();
+	struct opus_proto_submit m;
+	struct opus_proto_writer w;
+	const char *why = NULL;
+	size_t		len;
+	int			n_rejected_corrupt = 0;
+
+	/* generate */
+	opus_proto_writer_init(&w, buf, sizeof(buf));
+	opus_proto_encode_submit_head(&w, OPUS_KIND_GENERATE, &p, 0, NULL);
+	opus_proto_encode_submit_data_head(&w, 0, 5);
+	opus_proto_w_bytes(&w, "hello", 5);
+	CHECK(parse_submit_copy(buf, w.len, &m, &why), "GENERATE parses");
+	CHECK(m.kind == OPUS_KIND_GENERATE && m.data_len == 5 && memcmp(m.data, "hello", 5) == 0 &&
+		  m.params.max_tokens == 16 && m.params.top_k == 40 && m.params.seed == p.seed &&
+		  m.params.temperature == p.temperature && m.params.repetition_penalty == p.repetition_penalty,
+		  "GENERATE fields round-trip");
+	for (size_t n = 0; n < w.len; n++)
+		CHECK(!parse_submit_copy(buf, n, &m, &why), "truncated GENERATE (%zu) rejected", n);
+	/* a NUL inside the prompt */
+	buf[w.len - 2] = 0;
+	CHECK(!parse_submit_copy(buf, w.len, &m, &why), "NUL in prompt rejected");
+
+	/* chat, with stop strings */
+	len = encode_chat(buf, sizeof(buf), &p);
+	CHECK(len > 0 && parse_submit_copy(buf, len, &m, &why), "CHAT parses (%s)", why ? why : "");
+	CHECK(m.n_stop == 2 && m.stop[1].len == 3 && memcmp(m.stop[1].ptr, "END", 3) == 0,
+		  "stop strings round-trip");
+	{
+		uint32_t	pos = 0;
+		uint8_t		role;
+		struct opus_proto_str c;
+
+		opus_proto_next_chat_message(&m, &pos, &role, &c);
+		CHECK(role == OPUS_ROLE_SYSTEM && c.len == 16, "first message");
+		opus_proto_next_chat_message(&m, &pos, &role, &c);
+		CHECK(role == OPUS_ROLE_USER && c.len == 3 && memcmp(c.ptr, "Hi!", 3) == 0, "second message");
+	}
+	for (size_t n = 0; n < len; n++)
+		CHECK(!parse_submit_copy(buf, n, &m, &why), "truncated CHAT (%zu) rejected", n);
+	/* flip every byte: must never crash; most flips must be rejected */
+	for (size_t i = 0; i < len; i++)
+	{
+		uint8_t		save = buf[i];
+
+		buf[i] ^= 0xff;
+		if (!parse_submit_copy(buf, len, &m, &why))
+			n_rejected_corrupt++;
+		buf[i] = save;
+	}
+	CHECK(n_rejected_corrupt > 0, "corruptions rejected: %d", n_rejected_corrupt);
+
+	/* bad role */
+	len = encode_chat(buf, sizeof(buf), &p);
+	{
+		/* the first message's role byte follows head + stops + n_items + data_len */
+		size_t		role_at = OPUS_PROTO_SUBMIT_FIXED + (4 + 2) + (4 + 3) + 8;
+
+		CHECK(buf[role_at] == OPUS_ROLE_SYSTEM, "role byte located");
+		buf[role_at] = OPUS_ROLE__COUNT;
+		CHECK(!parse_submit_copy(buf, len, &m, &why), "unknown role rejected");
+	}
+
+	/* out-of-range parameters are rejected by the parser too */
+	{
+		struct opus_proto_params bad[8];
+		int			nb = 0;
+
+		for (int i = 0; i < 8; i++)
+			bad[i] = default_params();
+		bad[nb++].max_tokens = 0;
+		bad[nb++].temperature = -1.0f;
+		bad[nb++].temperature = NAN;
+		bad[nb++].top_p = 0.0f;
+		bad[nb++].top_k = -2;
+		bad[nb++].min_p = 1.5f;
+		bad[nb++].repetition_penalty = INFINITY;
+		bad[nb++].presence_penalty = 3.0f;
+		for (int i = 0; i < nb; i++)
+		{
+			len = encode_chat(buf, sizeof(buf), &bad[i]);
+			CHECK(!parse_submit_copy(buf, len, &m, &why), "bad parameter %d rejected", i);
+		}
+	}
+
+	/* detokenize: data_len must be 4 * n_items */
+	opus_proto_writer_init(&w, buf, sizeof(buf));
+	opus_proto_encode_submit_head(&w, OPUS_KIND_DETOKENIZE, &p, 0, NULL);
+	opus_proto_encode_submit_data_head(&w, 3, 12);
+	opus_proto_w_u32(&w, 1);
+	opus_proto_w_u32(&w, 2);
+	opus_proto_w_u32(&w, 49151);
+	CHECK(parse_submit_copy(buf, w.len, &m, &why) && m.n_items == 3 &&
+		  opus_proto_token_at(&m, 2) == 49151, "DETOKENIZE parses");
+	opus_proto_put_u32(buf + w.len - 12 - 8, 4);	/* n_items 4, data 12 bytes */
+	CHECK(!parse_submit_copy(buf, w.len, &m, &why), "DETOKENIZE count mismatch rejected");
+
+	/* unknown kind */
+	opus_proto_writer_init(&w, buf, sizeof(buf));
+	opus_proto_encode_submit_head(&w, 9, &p, 0, NULL);
+	opus_proto_encode_submit_data_head(&w, 0, 0);
+	CHECK(!parse_submit_copy(buf, w.len, &m, &why), "unknown kind rejected");
+}
+
+static void
+test_done_stats_fatal(void)
+{
+	uint8_t		buf[1024];
+	struct opus_proto_writer w;
+	struct opus_proto_done d,
+				d2;
+	struct opus_proto_stats s,
+				s2;
+	struct opus_proto_fatal f;
+	const char *why = NULL;
+
+	memset(&d, 0, sizeof(d));
+	d.finish = OPUS_PROTO_FINISH_LENGTH;
+	d.n_prompt = 10;
+	d.n_completion = 16;
+	d.n_cached = 4;
+	d.queue_ms = 0.5;
+	d.ttft_ms = 12.25;
+	d.total_ms = 99.0;
+	opus_proto_writer_init(&w, buf, sizeof(buf));
+	opus_proto_encode_done(&w, &d);
+	CHECK(opus_proto_parse_done(buf, w.len, &d2, &why), "DONE parses");
+	CHECK(d2.finish == d.finish && d2.n_prompt == 10 && d2.n_completion == 16 &&
+		  d2.n_cached == 4 && d2.ttft_ms == 12.25 && d2.total_ms == 99.0 && d2.message[0] == 0,
+		  "DONE round-trips");
+	for (size_t n = 0; n < w.len; n++)
+		CHECK(!opus_proto_parse_done(buf, n, &d2, &why), "truncated DONE (%zu) rejected", n);
+
+	d.finish = OPUS_PROTO_FINISH_ERROR;
+	d.code = OPUS_PROTO_ERR_CONTEXT;
+	strcpy(d.message, "prompt is too long");
+	opus_proto_writer_init(&w, buf, sizeof(buf));
+	opus_proto_encode_done(&w, &d);
+	CHECK(opus_proto_parse_done(buf, w.len, &d2, &why) && d2.code == OPUS_PROTO_ERR_CONTEXT &&
+		  strcmp(d2.message, "prompt is too long") == 0, "error DONE round-trips");
+	d.code = OPUS_PROTO_ERR_OK;
+	opus_proto_writer_init(&w, buf, sizeof(buf));
+	opus_proto_encode_done(&w, &d);
+	CHECK(!opus_proto_parse_done(buf, w.len, &d2, &why), "ERROR without a code rejected");
+	d.code = OPUS_PROTO_ERR__COUNT;
+	opus_proto_writer_init(&w, buf, sizeof(buf));
+	opus_proto_encode_done(&w, &d);
+	CHECK(!opus_proto_parse_done(buf, w.len, &d2, &why), "unknown code rejected");
+	d.code = OPUS_PROTO_ERR_CONTEXT;
+	d.total_ms = NAN;
+	opus_proto_writer_init(&w, buf, sizeof(buf));
+	opus_proto_encode_done(&w, &d);
+	CHECK(!opus_proto_parse_done(buf, w.len, &d2, &why), "NaN timing rejected");
+	d.total_ms = 1;
+	d.n_cached = 11;
+	opus_proto_writer_init(&w, buf, sizeof(buf));
+	opus_proto_encode_done(&w, &d);
+	CHECK(!opus_proto_parse_done(buf, w.len, &d2, &why), "n_cached > n_prompt rejected");
+
+	memset(&s, 0, sizeof(s));
+	s.n_active = 3;
+	s.kv_blocks_total = 100;
+	s.tokens_decode = 1 << 20;
+	opus_proto_writer_init(&w, buf, sizeof(buf));
+	opus_proto_encode_stats(&w, &s);
+	CHECK(opus_proto_parse_stats(buf, w.len, &s2, &why) && memcmp(&s, &s2, sizeof(s)) == 0,
+		  "STATS round-trips");
+	opus_proto_put_u32(buf, (uint32_t) -1);
+	CHECK(!opus_proto_parse_stats(buf, w.len, &s2, &why), "negative STATS rejected");
+
+	opus_proto_writer_init(&w, buf, sizeof(buf));
+	opus_proto_encode_fatal(&w, OPUS_PROTO_ERR_FORMAT, "not a gguf file");
+	CHECK(opus_proto_parse_fatal(buf, w.len, &f, &why) && f.code == OPUS_PROTO_ERR_FORMAT &&
+		  strcmp(f.message, "not a gguf file") == 0, "FATAL round-trips");
+	CHECK(!opus_proto_parse_fatal(buf, w.len + 1, &f, &why), "FATAL with trailing byte rejected");
+	buf[8] = 0;
+	CHECK(!opus_proto_parse_fatal(buf, w.len, &f, &why), "NUL in FATAL message rejected");
+
+	CHECK(opus_proto_parse_text((const uint8_t *) "abc", 3, &why), "TEXT ok");
+	CHECK(!opus_proto_parse_text((const uint8_t *) "a\0c", 3, &why), "TEXT with NUL rejected");
+	CHECK(!opus_proto_parse_text((const uint8_t *) "", 0, &why), "empty TEXT rejected");
+	{
+		uint8_t		t[8];
+
+		opus_proto_put_u32(t, 5);
+		opus_proto_put_u32(t + 4, 7);
+		CHECK(opus_proto_parse_tokens(t, 8, &why), "TOKENS ok");
+		CHECK(!opus_proto_parse_tokens(t, 7, &why), "ragged TOKENS rejected");
+		opus_proto_put_u32(t + 4, (uint32_t) -3);
+		CHECK(!opus_proto_parse_tokens(t, 8, &why), "negative token rejected");
+	}
+	CHECK(opus_proto_parse_empty(0, &why) && !opus_proto_parse_empty(1, &why), "empty payloads");
+}
+
+static void
+test_writer_overflow(void)
+{
+	uint8_t		buf[8];
+	struct opus_proto_writer w;
+
+	opus_proto_writer_init(&w, buf, sizeof(buf));
+	opus_proto_w_u64(&w, 1);
+	CHECK(!w.overflow && w.len == 8, "exact fit");
+	opus_proto_w_u8(&w, 1);
+	CHECK(w.overflow && w.len == 8, "overflow flagged, nothing written");
+}
+
+int
+main(void)
+{
+	test_header();
+	test_hello_ready();
+	test_submit();
+	test_done_stats_fatal();
+	test_writer_overflow();
+	free(submit_copy);
+	return UNIT_DONE();
+}
