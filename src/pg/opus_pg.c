@@ -6,8 +6,9 @@
  * settings, requests shared memory (shmem_request_hook), creates it
  * (shmem_startup_hook) and registers the supervisor background worker.
  * Loaded any other way (CREATE EXTENSION in a server without preloading),
- * it only defines the settings, so the extension can be created, and every
- * SQL function fails with 55000 and a hint (OpusCheckPreloaded).
+ * it only defines the settings that may exist after start-up, so the
+ * extension can be created, and every SQL function fails with 55000 and a
+ * hint (OpusCheckPreloaded).
  */
 #include "postgres.h"
 
@@ -117,30 +118,6 @@ opus_define_settings(void)
 							PGC_SIGHUP,
 							0,
 							NULL, NULL, NULL);
-	DefineCustomIntVariable("opus.max_requests",
-							"Request slots in shared memory: the most requests queued or running at once.",
-							NULL,
-							&opus_max_requests,
-							64, 1, 10000,
-							PGC_POSTMASTER,
-							0,
-							NULL, NULL, NULL);
-	DefineCustomIntVariable("opus.kv_cache_size",
-							"Memory for the engine's KV cache.",
-							NULL,
-							&opus_kv_cache_size_mb,
-							64, 1, INT_MAX / 2,
-							PGC_POSTMASTER,
-							GUC_UNIT_MB,
-							NULL, NULL, NULL);
-	DefineCustomIntVariable("opus.request_buffer_size",
-							"Shared-memory buffer per request slot, holding the prompt and then the result.",
-							NULL,
-							&opus_request_buffer_kb,
-							512, 64, 1024 * 1024,
-							PGC_POSTMASTER,
-							GUC_UNIT_KB,
-							NULL, NULL, NULL);
 	DefineCustomIntVariable("opus.default_max_tokens",
 							"Tokens generated when max_tokens is not given.",
 							NULL,
@@ -165,14 +142,45 @@ opus_define_settings(void)
 							PGC_USERSET,
 							GUC_UNIT_BYTE,
 							NULL, NULL, NULL);
-	DefineCustomStringVariable("opus.engine_path",
-							   "The opus_engine binary the supervisor runs (empty = the server's bin directory).",
-							   NULL,
-							   &opus_engine_path,
-							   "",
-							   PGC_POSTMASTER,
-							   GUC_SUPERUSER_ONLY,
-							   NULL, NULL, NULL);
+	/*
+	 * Settings that size shared memory or name the engine only exist when
+	 * preloaded: PostgreSQL refuses PGC_POSTMASTER variables after start-up.
+	 */
+	if (process_shared_preload_libraries_in_progress)
+	{
+		DefineCustomIntVariable("opus.max_requests",
+								"Request slots in shared memory: the most requests queued or running at once.",
+								NULL,
+								&opus_max_requests,
+								64, 1, 10000,
+								PGC_POSTMASTER,
+								0,
+								NULL, NULL, NULL);
+		DefineCustomIntVariable("opus.kv_cache_size",
+								"Memory for the engine's KV cache.",
+								NULL,
+								&opus_kv_cache_size_mb,
+								64, 1, INT_MAX / 2,
+								PGC_POSTMASTER,
+								GUC_UNIT_MB,
+								NULL, NULL, NULL);
+		DefineCustomIntVariable("opus.request_buffer_size",
+								"Shared-memory buffer per request slot, holding the prompt and then the result.",
+								NULL,
+								&opus_request_buffer_kb,
+								512, 64, 1024 * 1024,
+								PGC_POSTMASTER,
+								GUC_UNIT_KB,
+								NULL, NULL, NULL);
+		DefineCustomStringVariable("opus.engine_path",
+								   "The opus_engine binary the supervisor runs (empty = the server's bin directory).",
+								   NULL,
+								   &opus_engine_path,
+								   "",
+								   PGC_POSTMASTER,
+								   GUC_SUPERUSER_ONLY,
+								   NULL, NULL, NULL);
+	}
 	MarkGUCPrefixReserved("opus");
 }
 

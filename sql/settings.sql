@@ -1,0 +1,35 @@
+-- settings: defaults, contexts and permissions.
+SELECT name, setting, unit, context, vartype
+FROM pg_settings WHERE name LIKE 'opus.%' AND name <> 'opus.engine_path' ORDER BY name;
+SELECT name, context FROM pg_settings WHERE name = 'opus.engine_path';
+
+SHOW opus.model;
+SHOW opus.kv_cache_size;
+SHOW opus.request_timeout;
+
+-- Postmaster-level and reload-level settings cannot be SET.
+SELECT try($$SET opus.max_requests = 10$$);
+SELECT try($$SET opus.kv_cache_size = '128MB'$$);
+SELECT try($$SET opus.threads = 4$$);
+SELECT try($$SET opus.engine_path = '/bin/false'$$);
+-- Bad values.
+SELECT try($$SET opus.device = 'gpu'$$);
+SELECT try($$SET opus.model = ''$$);
+SELECT try($$SET opus.default_max_tokens = 0$$);
+SELECT try($$SET opus.request_timeout = -1$$);
+SELECT try($$SET opus.device = 'cuda:0'$$);
+RESET opus.device;
+-- Unknown opus.* names are refused (the prefix is reserved).
+SELECT try($$SET opus.no_such_setting = 1$$);
+
+-- opus.model and opus.device are superuser-only; user-level ones are not.
+CREATE ROLE opus_regress_user;
+SET ROLE opus_regress_user;
+SELECT try($$SET opus.model = '/tmp/other.gguf'$$);
+SELECT try($$SET opus.device = 'cpu'$$);
+SELECT try($$SET opus.default_max_tokens = 8$$);
+SELECT try($$SET opus.request_timeout = '1s'$$);
+-- A plain role can generate.
+SELECT opus_generate('The capital of France is', max_tokens => 4, temperature => 0) IS NOT NULL AS can_generate;
+RESET ROLE;
+DROP ROLE opus_regress_user;
