@@ -208,11 +208,8 @@ if want regress; then
 	if [ -f test/run_regress.sh ]; then
 		run_suite regress as_pg timeout -k 10 900 bash -c 'cd "$1" && bash test/run_regress.sh' _ "$WORK/repo"
 		if [ "${summary[-1]}" != "${summary[-1]/FAILED/}" ] && [ -n "$WORK" ]; then
-			for f in "$WORK"/repo/regression.diffs "$WORK"/repo/*/regression.diffs; do
-				[ -f "$f" ] && { echo "--- $f (first 200 lines)"; head -200 "$f"; }
-			done
 			save_logs regress "$WORK"/repo/regression.* "$WORK"/repo/log "$WORK"/repo/results \
-				"$WORK"/repo/tmp_check
+				"$WORK"/repo/nopreload
 		fi
 	else
 		run_suite regress false
@@ -222,7 +219,7 @@ fi
 if want tap; then
 	run_suite tap as_pg timeout -k 10 1500 bash -c 'cd "$1" && bash test/run_tap.sh "$1/tap_out"' _ "$WORK/repo"
 	if [ "${summary[-1]}" != "${summary[-1]/FAILED/}" ] && [ -n "$WORK" ]; then
-		save_logs tap "$WORK/repo/tap_out"
+		save_logs tap "$WORK/repo/tap_out/tmp_check/log"
 	fi
 fi
 

@@ -59,6 +59,9 @@ sub opus_node
 	  . "log_statement = none\n"
 	  . "opus.threads = 2\n";
 	$conf .= "shared_preload_libraries = 'opus_pg'\n" if $preload;
+	# A development engine binary instead of the installed one.
+	$conf .= "opus.engine_path = '$ENV{OPUS_ENGINE_PATH}'\n"
+	  if $ENV{OPUS_ENGINE_PATH};
 	$conf .= $o{conf} if defined $o{conf};
 	$node->append_conf('postgresql.conf', $conf);
 	$node->start;
