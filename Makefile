@@ -18,7 +18,8 @@ PG_CFLAGS = $(OPUS_PG_WERROR)
 # with opus_pg preloaded: run test/run_regress.sh (temporary instance), or
 # `make installcheck` against a running server configured that way.
 REGRESS = setup generate chat tokenize errors settings model
-REGRESS_OPTS = --inputdir=. --load-extension=opus_pg
+REGRESS_OPTS = --inputdir=.
+EXTRA_CLEAN = nopreload
 
 PG_CONFIG ?= pg_config
 PGXS := $(shell $(PG_CONFIG) --pgxs)
