@@ -13,6 +13,8 @@ ENGINE_WARN := -Wall -Wextra -Wshadow -Wno-unused-parameter -Werror
 ENGINE_CFLAGS_BASE := -std=gnu11 -D_GNU_SOURCE -iquote src/engine -iquote src $(ENGINE_WARN) -fPIC -pthread
 ENGINE_OPT := -O2 -g -fno-math-errno
 ENGINE_SAN := -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+# Unicode categories for the tokenizer's pre-tokenizers (Debian: libutf8proc-dev).
+ENGINE_EXTRA_LIBS += -lutf8proc
 ENGINE_LIBS := -lm -lpthread $(ENGINE_EXTRA_LIBS)
 AVX2_FLAGS := -mavx2 -mfma -mf16c
 

@@ -1,0 +1,546 @@
+/*
+ * test_tokenizer.c - the tokenizer against llama.cpp goldens, plus the
+ * streaming UTF-8 assembler and error paths.
+ *
+ * Goldens (test/golden/tokenizer/, made by gen_tokenizer_golden.py) hold,
+ * per corpus string, llama.cpp's token ids for the four combinations of
+ * add_special/parse_special and its detokenized bytes; every id must match
+ * exactly.  The default model's vocabulary is also checked with its
+ * pre-tokenizer replaced (llama-bpe, qwen2, gpt-2, default): the test builds
+ * that variant GGUF itself with the GGUF writer, as the generator did.  The
+ * SentencePiece golden uses the small committed spm-vocab.gguf.
+ *
+ * Run from the repository root; OPUS_MODEL names the default model (the
+ * model-based parts are skipped without it).
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "gguf.h"
+#include "tokenizer.h"
+#include "unit.h"
+
+#define GOLDEN_DIR "test/golden/tokenizer/"
+
+static int	n_reported;
+
+static int
+hexval(char c)
+{
+	if (c >= '0' && c <= '9')
+		return c - '0';
+	if (c >= 'a' && c <= 'f')
+		return c - 'a' + 10;
+	return -1;
+}
+
+/* Decode a hex field ("-" is empty) into a malloc'd buffer. */
+static char *
+unhex(const char *s, size_t *len)
+{
+	size_t		n = strlen(s);
+	char	   *out = malloc(n / 2 + 1);
+
+	*len = 0;
+	if (strcmp(s, "-") == 0)
+		return out;
+	for (size_t i = 0; i + 1 < n; i += 2)
+		out[(*len)++] = (char) (hexval(s[i]) * 16 + hexval(s[i + 1]));
+	return out;
+}
+
+/* Parse "1 2 3" ("-" is empty) into ids; returns the count. */
+static int64_t
+parse_ids(const char *s, int32_t *ids, int64_t cap)
+{
+	int64_t		n = 0;
+	char	   *end;
+
+	if (strcmp(s, "-") == 0)
+		return 0;
+	while (*s && n < cap)
+	{
+		ids[n++] = (int32_t) strtol(s, &end, 10);
+		if (end == s)
+			break;
+		s = end;
+		while (*s == ' ')
+			s++;
+	}
+	return n;
+}
+
+static void
+show_ids(const char *label, const int32_t *ids, int64_t n)
+{
+	fprintf(stderr, "  %s:", label);
+	for (int64_t i = 0; i < n && i < 60; i++)
+		fprintf(stderr, " %d", ids[i]);
+	fprintf(stderr, "%s\n", n > 60 ? " ..." : "");
+}
+
+static uint64_t
+fnv1a64(uint64_t h, const void *p, size_t n)
+{
+	const uint8_t *b = p;
+
+	for (size_t i = 0; i < n; i++)
+	{
+		h ^= b[i];
+		h *= 0x100000001b3ull;
+	}
+	return h;
+}
+
+/* Split a line into TAB-separated fields in place. */
+static int
+split_tabs(char *line, char **f, int max)
+{
+	int			n = 0;
+
+	f[n++] = line;
+	for (char *p = line; *p && n < max; p++)
+	{
+		if (*p == '\t')
+		{
+			*p = '\0';
+			f[n++] = p + 1;
+		}
+	}
+	return n;
+}
+
+static void
+check_case(const struct opus_tokenizer *tok, const char *gname, char **f)
+{
+	size_t		in_len;
+	char	   *in = unhex(f[1], &in_len);
+	int64_t		cap = (int64_t) in_len * 2 + 16;
+	int32_t    *want = malloc((size_t) cap * sizeof(int32_t));
+	int32_t    *got = malloc((size_t) cap * sizeof(int32_t));
+	int32_t    *ids11 = malloc((size_t) cap * sizeof(int32_t));
+	int32_t    *ids00 = malloc((size_t) cap * sizeof(int32_t));
+	int64_t		n11 = 0,
+				n00 = 0;
+
+	for (int combo = 0; combo < 4; combo++)
+	{
+		bool		add = combo >= 2,
+					parse = combo & 1;
+		int64_t		nw = parse_ids(f[2 + combo], want, cap);
+		int64_t		ng = 0;
+		struct opus_error err = {0};
+		enum opus_status st = opus_tokenizer_encode(tok, in, in_len, add, parse,
+													got, cap, &ng, &err);
+		bool		ok = st == OPUS_OK && ng == nw &&
+			memcmp(got, want, (size_t) nw * sizeof(int32_t)) == 0;
+
+		CHECK(ok, "%s: encode(add=%d, parse=%d) of %s differs (status %d %s)",
+			  gname, add, parse, f[1], st, err.msg);
+		if (!ok && n_reported++ < 12)
+		{
+			fprintf(stderr, "  input: \"%.*s\"\n", (int) in_len, in);
+			show_ids("want", want, nw);
+			show_ids("got ", got, ng);
+		}
+		if (combo == 0)
+		{
+			memcpy(ids00, want, (size_t) nw * sizeof(int32_t));
+			n00 = nw;
+		}
+		if (combo == 3)
+		{
+			memcpy(ids11, want, (size_t) nw * sizeof(int32_t));
+			n11 = nw;
+		}
+	}
+
+	/* detokenization of the golden ids */
+	for (int k = 0; k < 2; k++)
+	{
+		const char *field = f[6 + k];
+		size_t		wl;
+		char	   *wb = strcmp(field, "=") == 0 ? NULL : unhex(field, &wl);
+		const char *w = wb ? wb : in;
+		char	   *text = NULL;
+		size_t		tl = 0;
+		struct opus_error err = {0};
+		enum opus_status st;
+
+		if (!wb)
+			wl = in_len;
+		st = opus_tokenizer_decode(tok, k ? ids11 : ids00, k ? n11 : n00,
+								   k == 1, &text, &tl, &err);
+		CHECK(st == OPUS_OK && tl == wl && memcmp(text, w, wl) == 0,
+			  "%s: decode(render_special=%d) of %s differs: got \"%.*s\"",
+			  gname, k, f[1], (int) tl, text ? text : "");
+		free(text);
+		free(wb);
+	}
+	free(in);
+	free(want);
+	free(got);
+	free(ids11);
+	free(ids00);
+}
+
+/* Compare a tokenizer with one golden file; returns the number of cases. */
+static int
+run_golden(const struct opus_tokenizer *tok, const char *path)
+{
+	FILE	   *fp = fopen(path, "r");
+	char	   *line = NULL;
+	size_t		lcap = 0;
+	ssize_t		ll;
+	int			n_cases = 0;
+	const char *gname = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
+	int32_t		nv = opus_tokenizer_n_vocab(tok);
+
+	CHECK(fp != NULL, "cannot open %s (run from the repository root)", path);
+	if (!fp)
+		return 0;
+	n_reported = 0;
+	while ((ll = getline(&line, &lcap, fp)) > 0)
+	{
+		char	   *f[16];
+		int			nf;
+
+		if (line[ll - 1] == '\n')
+			line[--ll] = '\0';
+		if (line[0] == '#' || line[0] == '\0')
+			continue;
+		nf = split_tabs(line, f, 16);
+		if (strcmp(f[0], "meta") == 0 && nf == 6)
+		{
+			CHECK(atoi(f[1]) == nv, "%s: n_vocab %d, want %s", gname, nv, f[1]);
+			CHECK(atoi(f[2]) == opus_tokenizer_bos(tok), "%s: bos %d, want %s",
+				  gname, opus_tokenizer_bos(tok), f[2]);
+			CHECK(atoi(f[3]) == opus_tokenizer_eos(tok), "%s: eos %d, want %s",
+				  gname, opus_tokenizer_eos(tok), f[3]);
+			CHECK(atoi(f[4]) == opus_tokenizer_eot(tok), "%s: eot %d, want %s",
+				  gname, opus_tokenizer_eot(tok), f[4]);
+			CHECK(atoi(f[5]) == (int) opus_tokenizer_adds_bos(tok),
+				  "%s: add_bos %d, want %s", gname,
+				  (int) opus_tokenizer_adds_bos(tok), f[5]);
+		}
+		else if (strcmp(f[0], "eog") == 0 && nf == 2)
+		{
+			int32_t    *ids = malloc((size_t) nv * sizeof(int32_t));
+			int64_t		n = parse_ids(f[1], ids, nv);
+			int64_t		mine = 0;
+			bool		all = true;
+
+			for (int32_t i = 0; i < nv; i++)
+				mine += opus_tokenizer_is_eog(tok, i);
+			for (int64_t i = 0; i < n; i++)
+				all &= opus_tokenizer_is_eog(tok, ids[i]);
+			CHECK(all && mine == n, "%s: end-of-generation set differs (%lld vs %lld)",
+				  gname, (long long) mine, (long long) n);
+			free(ids);
+		}
+		else if (strcmp(f[0], "piece") == 0 && nf == 4)
+		{
+			int32_t		id = atoi(f[1]);
+
+			for (int k = 0; k < 2; k++)
+			{
+				size_t		wl;
+				char	   *w = unhex(f[2 + k], &wl);
+				char		buf[512];
+				int			n = opus_tokenizer_piece(tok, id, k == 0, buf, sizeof(buf));
+
+				CHECK(n == (int) wl && memcmp(buf, w, wl) == 0,
+					  "%s: piece(%d, special=%d) differs", gname, id, k == 0);
+				free(w);
+			}
+		}
+		else if (strcmp(f[0], "piecehash") == 0 && nf == 3)
+		{
+			for (int k = 0; k < 2; k++)
+			{
+				uint64_t	h = 0xcbf29ce484222325ull;
+				char		want[32];
+
+				for (int32_t id = 0; id < nv; id++)
+				{
+					char		buf[1024];
+					int			n = opus_tokenizer_piece(tok, id, k == 0, buf, sizeof(buf));
+					uint32_t	len = (uint32_t) n;
+					uint8_t		le[4] = {len & 0xff, (len >> 8) & 0xff,
+					(len >> 16) & 0xff, len >> 24};
+
+					h = fnv1a64(h, le, 4);
+					h = fnv1a64(h, buf, (size_t) (n < 1024 ? n : 1024));
+				}
+				snprintf(want, sizeof(want), "%016llx", (unsigned long long) h);
+				CHECK(strcmp(want, f[1 + k]) == 0,
+					  "%s: pieces of all tokens (special=%d) hash %s, want %s",
+					  gname, k == 0, want, f[1 + k]);
+			}
+		}
+		else if (strcmp(f[0], "case") == 0 && nf == 8)
+		{
+			check_case(tok, gname, f);
+			n_cases++;
+		}
+		else
+			CHECK(0, "%s: malformed line starting %.20s", gname, f[0]);
+	}
+	free(line);
+	fclose(fp);
+	CHECK(n_cases >= 300, "%s: only %d cases", gname, n_cases);
+	printf("%s: %d cases\n", gname, n_cases);
+	return n_cases;
+}
+
+/* Copy the model's metadata with tokenizer.ggml.pre replaced, to a temp file. */
+static bool
+write_variant(const struct opus_gguf *g, const char *pre, char *path)
+{
+	struct opus_gguf_writer *w = opus_gguf_writer_new(OPUS_GGUF_DEFAULT_ALIGNMENT);
+	struct opus_error err = {0};
+	bool		ok = w != NULL;
+	int			fd;
+
+	for (int64_t i = 0; ok && i < opus_gguf_n_kv(g); i++)
+	{
+		const char *key = opus_gguf_kv_key(g, i);
+		const void *data;
+		size_t		size;
+
+		if (strcmp(key, "tokenizer.ggml.pre") == 0)
+			continue;
+		opus_gguf_kv_raw(g, i, &data, &size);
+		ok = opus_gguf_writer_add_raw(w, key, opus_gguf_kv_type(g, i), data,
+									  size, &err) == OPUS_OK;
+	}
+	ok = ok && opus_gguf_writer_add_str(w, "tokenizer.ggml.pre", pre, &err) == OPUS_OK;
+	strcpy(path, "/tmp/opus_tok_variant_XXXXXX");
+	fd = mkstemp(path);
+	if (fd >= 0)
+		close(fd);
+	ok = ok && fd >= 0 && opus_gguf_writer_write(w, path, &err) == OPUS_OK;
+	CHECK(ok, "writing variant %s: %s", pre, err.msg);
+	opus_gguf_writer_free(w);
+	return ok;
+}
+
+static struct opus_tokenizer *
+load_tok(const char *path, struct opus_gguf **gout)
+{
+	struct opus_gguf *g = NULL;
+	struct opus_tokenizer *t = NULL;
+	struct opus_error err = {0};
+
+	CHECK(opus_gguf_open(path, &g, &err) == OPUS_OK, "open %s: %s", path, err.msg);
+	if (!g)
+		return NULL;
+	CHECK(opus_tokenizer_load(g, &t, &err) == OPUS_OK, "tokenizer %s: %s", path, err.msg);
+	if (gout)
+		*gout = g;
+	else
+		opus_gguf_close(g);
+	return t;
+}
+
+static double
+now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+static void
+test_speed(const struct opus_tokenizer *t)
+{
+	/* a prompt of mixed prose and code, roughly 2,000 tokens */
+	static const char *parts[] = {
+		"The quick brown fox jumps over the lazy dog. ",
+		"def f(x):\n    return x * 2  # doubles\n",
+		"Numbers like 1234567 and 3.14159 appear too. ",
+		"<|im_start|>user\nCan you help me?<|im_end|>\n",
+		"Unicode: caf\xc3\xa9, \xe4\xb8\xad\xe6\x96\x87, \xf0\x9f\x98\x80. ",
+	};
+	char	   *text = malloc(20000);
+	size_t		len = 0;
+	int32_t    *ids = malloc(8192 * sizeof(int32_t));
+	int64_t		n = 0;
+	double		best = 1e9;
+
+	for (int i = 0; len < 5800; i++)
+	{
+		size_t		pl = strlen(parts[i % 5]);
+
+		memcpy(text + len, parts[i % 5], pl);
+		len += pl;
+	}
+	for (int rep = 0; rep < 5; rep++)
+	{
+		double		t0 = now_ms();
+
+		opus_tokenizer_encode(t, text, len, true, true, ids, 8192, &n, NULL);
+		t0 = now_ms() - t0;
+		if (t0 < best)
+			best = t0;
+	}
+	printf("encode: %lld tokens from %zu bytes in %.3f ms (this build)\n",
+		   (long long) n, len, best);
+	CHECK(n >= 1800 && n <= 3000, "speed prompt has %lld tokens", (long long) n);
+	/* 5 ms is the budget for the -O2 build; sanitizers cost up to ~10x */
+	CHECK(best < 50.0, "encoding took %.3f ms", best);
+	free(text);
+	free(ids);
+}
+
+static void
+test_api(const struct opus_tokenizer *t)
+{
+	int32_t		ids[4];
+	int64_t		n = -1;
+	struct opus_error err = {0};
+	char	   *text = NULL;
+	size_t		len;
+	int32_t		bad[2] = {1, 1 << 30};
+	char		buf[4];
+
+	/* capacity: the count needed is reported */
+	CHECK(opus_tokenizer_encode(t, "Hello world, how are you?", 25, false, false,
+								ids, 2, &n, &err) == OPUS_ERR_CAPACITY,
+		  "small buffer is not OPUS_ERR_CAPACITY");
+	CHECK(n > 2, "needed count not reported (%lld)", (long long) n);
+	CHECK(opus_tokenizer_encode(t, "", 0, false, false, ids, 4, &n, &err) == OPUS_OK &&
+		  n == 0, "empty text gives %lld tokens", (long long) n);
+	CHECK(opus_tokenizer_decode(t, bad, 2, false, &text, &len, &err) == OPUS_ERR_TOKENIZE,
+		  "invalid id accepted by decode");
+	free(text);
+	CHECK(opus_tokenizer_piece(t, -1, true, buf, 4) == -1, "piece(-1) accepted");
+	CHECK(opus_tokenizer_piece(t, opus_tokenizer_n_vocab(t), true, buf, 4) == -1,
+		  "piece(n_vocab) accepted");
+	CHECK(!opus_tokenizer_is_eog(t, -5) && !opus_tokenizer_is_eog(t, 1 << 30),
+		  "is_eog accepts an invalid id");
+	if (opus_tokenizer_eos(t) >= 0)
+		CHECK(opus_tokenizer_is_eog(t, opus_tokenizer_eos(t)), "eos is not eog");
+}
+
+/* Feed bytes one at a time or in odd chunks; output must equal the input. */
+static void
+test_utf8_stream(void)
+{
+	static const char *inputs[] = {
+		"plain ascii",
+		"caf\xc3\xa9 \xe4\xb8\xad\xe6\x96\x87 \xf0\x9f\x98\x80!",
+		"\xff bad \xc3( \xed\xa0\x80 \xf0\x9f\x98",	/* invalid + truncated tail */
+		"\xe2\x82\xac\xe2\x82\xac\xe2\x82\xac",
+	};
+
+	for (size_t k = 0; k < sizeof(inputs) / sizeof(inputs[0]); k++)
+	{
+		const char *in = inputs[k];
+		int			n = (int) strlen(in);
+
+		for (int chunk = 1; chunk <= 5; chunk++)
+		{
+			struct opus_utf8_stream s = {0};
+			char		out[256];
+			int			w = 0;
+			bool		boundary_ok = true;
+
+			for (int i = 0; i < n; i += chunk)
+			{
+				int			c = i + chunk <= n ? chunk : n - i;
+				int			got = opus_utf8_stream_feed(&s, in + i, c, out + w);
+
+				/* never emit a lead byte whose sequence is incomplete */
+				if (got > 0 && (uint8_t) out[w + got - 1] >= 0xc2 &&
+					(uint8_t) out[w + got - 1] <= 0xf4 && i + c < n &&
+					((uint8_t) in[i + c] & 0xc0) == 0x80)
+					boundary_ok = false;
+				w += got;
+			}
+			w += opus_utf8_stream_flush(&s, out + w);
+			CHECK(w == n && memcmp(out, in, (size_t) n) == 0,
+				  "utf8 stream changed input %zu (chunk %d)", k, chunk);
+			CHECK(boundary_ok, "utf8 stream split a character (input %zu, chunk %d)",
+				  k, chunk);
+		}
+	}
+
+	/* a 4-byte character fed byte by byte comes out only when complete */
+	{
+		struct opus_utf8_stream s = {0};
+		char		out[16];
+		const char *e = "\xf0\x9f\x98\x80";
+
+		CHECK(opus_utf8_stream_feed(&s, e, 1, out) == 0, "emitted a partial char");
+		CHECK(opus_utf8_stream_feed(&s, e + 1, 1, out) == 0, "emitted a partial char");
+		CHECK(opus_utf8_stream_feed(&s, e + 2, 1, out) == 0, "emitted a partial char");
+		CHECK(opus_utf8_stream_feed(&s, e + 3, 1, out) == 4 && memcmp(out, e, 4) == 0,
+			  "complete char not emitted");
+		CHECK(opus_utf8_stream_flush(&s, out) == 0, "stream not empty");
+	}
+}
+
+int
+main(void)
+{
+	const char *model = unit_model_path();
+
+	setvbuf(stdout, NULL, _IONBF, 0);
+	test_utf8_stream();
+
+	/* SentencePiece: a small committed vocabulary */
+	{
+		struct opus_tokenizer *t = load_tok(GOLDEN_DIR "spm-vocab.gguf", NULL);
+
+		if (t)
+		{
+			run_golden(t, GOLDEN_DIR "spm.golden");
+			test_api(t);
+			opus_tokenizer_free(t);
+		}
+	}
+
+	if (!model || access(model, R_OK) != 0)
+	{
+		printf("skipping model tests: OPUS_MODEL not set or unreadable\n");
+		return UNIT_DONE();
+	}
+
+	{
+		struct opus_gguf *g = NULL;
+		struct opus_tokenizer *t = load_tok(model, &g);
+		static const char *pres[] = {"llama-bpe", "qwen2", "gpt-2", "default"};
+
+		if (!t)
+			return UNIT_DONE();
+		run_golden(t, GOLDEN_DIR "smollm.golden");
+		test_api(t);
+		test_speed(t);
+		opus_tokenizer_free(t);
+
+		for (size_t i = 0; i < sizeof(pres) / sizeof(pres[0]); i++)
+		{
+			char		path[64];
+			char		golden[128];
+			struct opus_tokenizer *v;
+
+			if (!write_variant(g, pres[i], path))
+				continue;
+			v = load_tok(path, NULL);
+			unlink(path);
+			if (!v)
+				continue;
+			snprintf(golden, sizeof(golden), GOLDEN_DIR "smollm-as-%s.golden", pres[i]);
+			run_golden(v, golden);
+			opus_tokenizer_free(v);
+		}
+		opus_gguf_close(g);
+	}
+	return UNIT_DONE();
+}
