@@ -45,8 +45,11 @@ enum opus_status opus_sampler_create(const struct opus_sampling_params *p,
 void		opus_sampler_free(struct opus_sampler *s);
 
 /*
- * Pick the next token.  logits (n_vocab) may be modified in place.
+ * Pick the next token.  logits (n_vocab) may be modified in place; with
+ * temperature 0 it holds the penalised logits (NaN as -inf) on return.
  * history: the tokens so far (prompt and generated) for penalties.
+ * NaN logits count as -inf; if any logit is +inf only those tokens remain
+ * (equally likely); if none is above -inf the result is token 0.
  */
 int32_t		opus_sampler_sample(struct opus_sampler *s, float *logits,
 								const int32_t *history, int64_t n_history);
