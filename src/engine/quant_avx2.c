@@ -303,6 +303,22 @@ q4_0_vec_dot_avx2(int64_t n, const void *w, const void *x)
 	return hsum_ps(_mm256_add_ps(acc0, acc1));
 }
 
+/*
+ * The two f16 scales at the start of a Q4_1/Q5_1 block (d, m) and of a Q8_1
+ * block (d, s), converted together: lane 0 = d*d8, lane 1 = m*s.
+ */
+static inline __m128
+scales_dm(const void *wblk, const void *xblk)
+{
+	uint32_t	w,
+				x;
+
+	memcpy(&w, wblk, 4);
+	memcpy(&x, xblk, 4);
+	return _mm_mul_ps(_mm_cvtph_ps(_mm_cvtsi32_si128((int) w)),
+					  _mm_cvtph_ps(_mm_cvtsi32_si128((int) x)));
+}
+
 static float
 q4_1_vec_dot_avx2(int64_t n, const void *w, const void *x)
 {
@@ -310,7 +326,7 @@ q4_1_vec_dot_avx2(int64_t n, const void *w, const void *x)
 	const opus_block_q8_1 *b = x;
 	__m256		acc0 = _mm256_setzero_ps(),
 				acc1 = _mm256_setzero_ps();
-	float		summ = 0.0f;
+	__m128		summ = _mm_setzero_ps();
 	int64_t		nb = n / OPUS_QK32,
 				i = 0;
 
@@ -318,22 +334,22 @@ q4_1_vec_dot_avx2(int64_t n, const void *w, const void *x)
 	{
 		__m256i		s0 = dot_u8_i8(nibbles32(a[i].qs), load256(b[i].qs));
 		__m256i		s1 = dot_u8_i8(nibbles32(a[i + 1].qs), load256(b[i + 1].qs));
+		__m128		dm0 = scales_dm(&a[i], &b[i]);
+		__m128		dm1 = scales_dm(&a[i + 1], &b[i + 1]);
 
-		acc0 = _mm256_fmadd_ps(_mm256_set1_ps(f16(a[i].d) * f16(b[i].d)),
-							   _mm256_cvtepi32_ps(s0), acc0);
-		acc1 = _mm256_fmadd_ps(_mm256_set1_ps(f16(a[i + 1].d) * f16(b[i + 1].d)),
-							   _mm256_cvtepi32_ps(s1), acc1);
-		summ += f16(a[i].m) * f16(b[i].s) + f16(a[i + 1].m) * f16(b[i + 1].s);
+		acc0 = _mm256_fmadd_ps(_mm256_broadcastss_ps(dm0), _mm256_cvtepi32_ps(s0), acc0);
+		acc1 = _mm256_fmadd_ps(_mm256_broadcastss_ps(dm1), _mm256_cvtepi32_ps(s1), acc1);
+		summ = _mm_add_ps(summ, _mm_add_ps(dm0, dm1));
 	}
 	for (; i < nb; i++)
 	{
 		__m256i		s0 = dot_u8_i8(nibbles32(a[i].qs), load256(b[i].qs));
+		__m128		dm0 = scales_dm(&a[i], &b[i]);
 
-		acc0 = _mm256_fmadd_ps(_mm256_set1_ps(f16(a[i].d) * f16(b[i].d)),
-							   _mm256_cvtepi32_ps(s0), acc0);
-		summ += f16(a[i].m) * f16(b[i].s);
+		acc0 = _mm256_fmadd_ps(_mm256_broadcastss_ps(dm0), _mm256_cvtepi32_ps(s0), acc0);
+		summ = _mm_add_ps(summ, dm0);
 	}
-	return hsum_ps(_mm256_add_ps(acc0, acc1)) + summ;
+	return hsum_ps(_mm256_add_ps(acc0, acc1)) + _mm_cvtss_f32(_mm_shuffle_ps(summ, summ, 1));
 }
 
 /* Q5_0 quants as signed bytes: nibble - 16 where the fifth bit is clear */
@@ -393,7 +409,7 @@ q5_1_vec_dot_avx2(int64_t n, const void *w, const void *x)
 	const opus_block_q8_1 *b = x;
 	__m256		acc0 = _mm256_setzero_ps(),
 				acc1 = _mm256_setzero_ps();
-	float		summ = 0.0f;
+	__m128		summ = _mm_setzero_ps();
 	int64_t		nb = n / OPUS_QK32,
 				i = 0;
 
@@ -401,22 +417,22 @@ q5_1_vec_dot_avx2(int64_t n, const void *w, const void *x)
 	{
 		__m256i		s0 = dot_u8_i8(q5_1_values(&a[i]), load256(b[i].qs));
 		__m256i		s1 = dot_u8_i8(q5_1_values(&a[i + 1]), load256(b[i + 1].qs));
+		__m128		dm0 = scales_dm(&a[i], &b[i]);
+		__m128		dm1 = scales_dm(&a[i + 1], &b[i + 1]);
 
-		acc0 = _mm256_fmadd_ps(_mm256_set1_ps(f16(a[i].d) * f16(b[i].d)),
-							   _mm256_cvtepi32_ps(s0), acc0);
-		acc1 = _mm256_fmadd_ps(_mm256_set1_ps(f16(a[i + 1].d) * f16(b[i + 1].d)),
-							   _mm256_cvtepi32_ps(s1), acc1);
-		summ += f16(a[i].m) * f16(b[i].s) + f16(a[i + 1].m) * f16(b[i + 1].s);
+		acc0 = _mm256_fmadd_ps(_mm256_broadcastss_ps(dm0), _mm256_cvtepi32_ps(s0), acc0);
+		acc1 = _mm256_fmadd_ps(_mm256_broadcastss_ps(dm1), _mm256_cvtepi32_ps(s1), acc1);
+		summ = _mm_add_ps(summ, _mm_add_ps(dm0, dm1));
 	}
 	for (; i < nb; i++)
 	{
 		__m256i		s0 = dot_u8_i8(q5_1_values(&a[i]), load256(b[i].qs));
+		__m128		dm0 = scales_dm(&a[i], &b[i]);
 
-		acc0 = _mm256_fmadd_ps(_mm256_set1_ps(f16(a[i].d) * f16(b[i].d)),
-							   _mm256_cvtepi32_ps(s0), acc0);
-		summ += f16(a[i].m) * f16(b[i].s);
+		acc0 = _mm256_fmadd_ps(_mm256_broadcastss_ps(dm0), _mm256_cvtepi32_ps(s0), acc0);
+		summ = _mm_add_ps(summ, dm0);
 	}
-	return hsum_ps(_mm256_add_ps(acc0, acc1)) + summ;
+	return hsum_ps(_mm256_add_ps(acc0, acc1)) + _mm_cvtss_f32(_mm_shuffle_ps(summ, summ, 1));
 }
 
 static float
