@@ -82,10 +82,10 @@ unfused(__m256 v)
 static inline __m256i
 nibbles32(const uint8_t *qs)
 {
-	__m128i		t = _mm_loadu_si128((const __m128i *) qs);
-	__m256i		v = _mm256_inserti128_si256(_mm256_castsi128_si256(t),
-											_mm_srli_epi16(t, 4), 1);
+	/* broadcast load, shift, blend: no cross-lane shuffle */
+	__m256i		v = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *) qs));
 
+	v = _mm256_blend_epi32(v, _mm256_srli_epi16(v, 4), 0xF0);
 	return _mm256_and_si256(v, _mm256_set1_epi8(0x0F));
 }
 
@@ -270,12 +270,25 @@ f16_from_float_avx2(const float *x, void *dst, int64_t n)
  * 32-block weight types
  * --------------------------------------------------------------------- */
 
+/*
+ * Q4_0 block dot as 8 int32: sum (q - 8) * y = sum q*y - 8 * sum y, both
+ * with maddubs (cheaper than making q signed and using the sign trick).
+ */
+static inline __m256i
+q4_0_dot(const opus_block_q4_0 *a, const opus_block_q8_0 *b)
+{
+	__m256i		y = load256(b->qs);
+	__m256i		p = _mm256_sub_epi16(_mm256_maddubs_epi16(nibbles32(a->qs), y),
+									 _mm256_maddubs_epi16(_mm256_set1_epi8(8), y));
+
+	return _mm256_madd_epi16(p, _mm256_set1_epi16(1));
+}
+
 static float
 q4_0_vec_dot_avx2(int64_t n, const void *w, const void *x)
 {
 	const opus_block_q4_0 *a = w;
 	const opus_block_q8_0 *b = x;
-	const __m256i eight = _mm256_set1_epi8(8);
 	__m256		acc0 = _mm256_setzero_ps(),
 				acc1 = _mm256_setzero_ps();
 	int64_t		nb = n / OPUS_QK32,
@@ -283,10 +296,8 @@ q4_0_vec_dot_avx2(int64_t n, const void *w, const void *x)
 
 	for (; i + 1 < nb; i += 2)
 	{
-		__m256i		q0 = _mm256_sub_epi8(nibbles32(a[i].qs), eight);
-		__m256i		q1 = _mm256_sub_epi8(nibbles32(a[i + 1].qs), eight);
-		__m256i		s0 = dot_i8_i8(q0, load256(b[i].qs));
-		__m256i		s1 = dot_i8_i8(q1, load256(b[i + 1].qs));
+		__m256i		s0 = q4_0_dot(&a[i], &b[i]);
+		__m256i		s1 = q4_0_dot(&a[i + 1], &b[i + 1]);
 
 		acc0 = _mm256_fmadd_ps(_mm256_set1_ps(f16(a[i].d) * f16(b[i].d)),
 							   _mm256_cvtepi32_ps(s0), acc0);
@@ -294,12 +305,8 @@ q4_0_vec_dot_avx2(int64_t n, const void *w, const void *x)
 							   _mm256_cvtepi32_ps(s1), acc1);
 	}
 	for (; i < nb; i++)
-	{
-		__m256i		q0 = _mm256_sub_epi8(nibbles32(a[i].qs), eight);
-
 		acc0 = _mm256_fmadd_ps(_mm256_set1_ps(f16(a[i].d) * f16(b[i].d)),
-							   _mm256_cvtepi32_ps(dot_i8_i8(q0, load256(b[i].qs))), acc0);
-	}
+							   _mm256_cvtepi32_ps(q4_0_dot(&a[i], &b[i])), acc0);
 	return hsum_ps(_mm256_add_ps(acc0, acc1));
 }
 
@@ -352,14 +359,24 @@ q4_1_vec_dot_avx2(int64_t n, const void *w, const void *x)
 	return hsum_ps(_mm256_add_ps(acc0, acc1)) + _mm_cvtss_f32(_mm_shuffle_ps(summ, summ, 1));
 }
 
-/* Q5_0 quants as signed bytes: nibble - 16 where the fifth bit is clear */
+/* Q5_0/Q5_1 quants as unsigned bytes 0..31 */
 static inline __m256i
-q5_0_values(const opus_block_q5_0 *blk)
+q5_values(const uint8_t *qs, const uint8_t *qh)
 {
-	__m256i		hb = bits_to_bytes(load_u32(blk->qh));
+	__m256i		hb = bits_to_bytes(load_u32(qh));
 
-	return _mm256_or_si256(nibbles32(blk->qs),
-						   _mm256_andnot_si256(hb, _mm256_set1_epi8((char) 0xF0)));
+	return _mm256_or_si256(nibbles32(qs), _mm256_and_si256(hb, _mm256_set1_epi8(0x10)));
+}
+
+/* Q5_0 block dot as 8 int32: sum q*y - 16 * sum y (q unsigned 0..31) */
+static inline __m256i
+q5_0_dot(const opus_block_q5_0 *a, const opus_block_q8_0 *b)
+{
+	__m256i		y = load256(b->qs);
+	__m256i		p = _mm256_sub_epi16(_mm256_maddubs_epi16(q5_values(a->qs, a->qh), y),
+									 _mm256_maddubs_epi16(_mm256_set1_epi8(16), y));
+
+	return _mm256_madd_epi16(p, _mm256_set1_epi16(1));
 }
 
 static float
@@ -374,8 +391,8 @@ q5_0_vec_dot_avx2(int64_t n, const void *w, const void *x)
 
 	for (; i + 1 < nb; i += 2)
 	{
-		__m256i		s0 = dot_i8_i8(q5_0_values(&a[i]), load256(b[i].qs));
-		__m256i		s1 = dot_i8_i8(q5_0_values(&a[i + 1]), load256(b[i + 1].qs));
+		__m256i		s0 = q5_0_dot(&a[i], &b[i]);
+		__m256i		s1 = q5_0_dot(&a[i + 1], &b[i + 1]);
 
 		acc0 = _mm256_fmadd_ps(_mm256_set1_ps(f16(a[i].d) * f16(b[i].d)),
 							   _mm256_cvtepi32_ps(s0), acc0);
@@ -383,23 +400,9 @@ q5_0_vec_dot_avx2(int64_t n, const void *w, const void *x)
 							   _mm256_cvtepi32_ps(s1), acc1);
 	}
 	for (; i < nb; i++)
-	{
-		__m256i		s0 = dot_i8_i8(q5_0_values(&a[i]), load256(b[i].qs));
-
 		acc0 = _mm256_fmadd_ps(_mm256_set1_ps(f16(a[i].d) * f16(b[i].d)),
-							   _mm256_cvtepi32_ps(s0), acc0);
-	}
+							   _mm256_cvtepi32_ps(q5_0_dot(&a[i], &b[i])), acc0);
 	return hsum_ps(_mm256_add_ps(acc0, acc1));
-}
-
-/* Q5_1 quants as unsigned bytes 0..31 */
-static inline __m256i
-q5_1_values(const opus_block_q5_1 *blk)
-{
-	__m256i		hb = bits_to_bytes(load_u32(blk->qh));
-
-	return _mm256_or_si256(nibbles32(blk->qs),
-						   _mm256_and_si256(hb, _mm256_set1_epi8(0x10)));
 }
 
 static float
@@ -415,8 +418,8 @@ q5_1_vec_dot_avx2(int64_t n, const void *w, const void *x)
 
 	for (; i + 1 < nb; i += 2)
 	{
-		__m256i		s0 = dot_u8_i8(q5_1_values(&a[i]), load256(b[i].qs));
-		__m256i		s1 = dot_u8_i8(q5_1_values(&a[i + 1]), load256(b[i + 1].qs));
+		__m256i		s0 = dot_u8_i8(q5_values(a[i].qs, a[i].qh), load256(b[i].qs));
+		__m256i		s1 = dot_u8_i8(q5_values(a[i + 1].qs, a[i + 1].qh), load256(b[i + 1].qs));
 		__m128		dm0 = scales_dm(&a[i], &b[i]);
 		__m128		dm1 = scales_dm(&a[i + 1], &b[i + 1]);
 
@@ -426,7 +429,7 @@ q5_1_vec_dot_avx2(int64_t n, const void *w, const void *x)
 	}
 	for (; i < nb; i++)
 	{
-		__m256i		s0 = dot_u8_i8(q5_1_values(&a[i]), load256(b[i].qs));
+		__m256i		s0 = dot_u8_i8(q5_values(a[i].qs, a[i].qh), load256(b[i].qs));
 		__m128		dm0 = scales_dm(&a[i], &b[i]);
 
 		acc0 = _mm256_fmadd_ps(_mm256_broadcastss_ps(dm0), _mm256_cvtepi32_ps(s0), acc0);
