@@ -533,6 +533,7 @@ q4_K_vec_dot_avx2(int64_t n, const void *w, const void *x)
 		accm = _mm256_fmadd_ps(_mm256_set1_ps(b[i].d * f16(a[i].dmin)),
 							   _mm256_cvtepi32_ps(k_min_products(mn, b[i].bsums)), accm);
 
+#pragma GCC unroll 4
 		for (int c = 0; c < 4; c++)
 		{
 			__m256i		q = load256(q4 + 32 * c);
@@ -576,6 +577,7 @@ q5_K_vec_dot_avx2(int64_t n, const void *w, const void *x)
 		accm = _mm256_fmadd_ps(_mm256_set1_ps(b[i].d * f16(a[i].dmin)),
 							   _mm256_cvtepi32_ps(k_min_products(mn, b[i].bsums)), accm);
 
+#pragma GCC unroll 4
 		for (int c = 0; c < 4; c++)
 		{
 			__m256i		q = load256(q5 + 32 * c);
@@ -628,6 +630,7 @@ q6_K_vec_dot_avx2(int64_t n, const void *w, const void *x)
 		__m256i		off = _mm256_madd_epi16(_mm256_cvtepi8_epi16(sc8), load256(b[i].bsums));
 		__m256i		sumi = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(off, 5));
 
+#pragma GCC unroll 2
 		for (int h = 0; h < 2; h++)
 		{
 			const uint8_t *ql = a[i].ql + 64 * h;
@@ -647,6 +650,7 @@ q6_K_vec_dot_avx2(int64_t n, const void *w, const void *x)
 								   _mm256_and_si256(qh, m2));
 			q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
 								   _mm256_and_si256(_mm256_srli_epi16(qh, 2), m2));
+#pragma GCC unroll 4
 			for (int k = 0; k < 4; k++)
 			{
 				__m256i		p = _mm256_maddubs_epi16(q[k], load256(q8 + 32 * k));
