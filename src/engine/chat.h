@@ -2,10 +2,19 @@
  * chat.h - OpenAI-style messages rendered with the model's chat template.
  *
  * The template is identified from tokenizer.chat_template the way llama.cpp
- * detects its built-in templates (substring heuristics on the Jinja source),
- * then rendered by a small C renderer per family.  No Jinja interpreter.
- * An unknown template is OPUS_ERR_UNSUPPORTED unless the caller asks for the
- * documented fallback (ChatML).
+ * detects its built-in templates (substring heuristics on the Jinja source,
+ * or an exact built-in name such as "chatml"), then rendered by a small C
+ * renderer per family, byte for byte as llama.cpp's llama_chat_apply_template
+ * renders it (test/golden/chat/ holds goldens made with it).  No Jinja
+ * interpreter: whatever else a model's Jinja template does (e.g. SmolLM2's
+ * default system prompt) is not reproduced, exactly as in llama.cpp.
+ *
+ * Unknown templates: opus_chat_detect() returns OPUS_CHAT_UNKNOWN for a
+ * template it does not recognise (or one of llama.cpp's families that is not
+ * implemented here), and opus_chat_render(OPUS_CHAT_UNKNOWN, ...) is
+ * OPUS_ERR_UNSUPPORTED.  The documented fallback is ChatML: a caller that
+ * wants to serve such a model anyway renders with OPUS_CHAT_CHATML
+ * explicitly (as llama.cpp does when a model has no template at all).
  */
 #ifndef OPUS_CHAT_H
 #define OPUS_CHAT_H
@@ -20,11 +29,20 @@ enum opus_chat_template
 	OPUS_CHAT_UNKNOWN = 0,
 	OPUS_CHAT_CHATML,			/* <|im_start|>role\n...<|im_end|>\n (SmolLM2, Qwen) */
 	OPUS_CHAT_LLAMA3,			/* <|start_header_id|>role<|end_header_id|>\n\n...<|eot_id|> */
-	OPUS_CHAT_LLAMA2,			/* [INST] ... [/INST] with <<SYS>> (Llama 2) */
-	OPUS_CHAT_MISTRAL,			/* [INST] ... [/INST] Mistral v1/v3 variants */
+	OPUS_CHAT_LLAMA2,			/* [INST] ... [/INST], system without <<SYS>> */
+	OPUS_CHAT_MISTRAL,			/* [INST] ... [/INST] Mistral v3 ("mistral-v3") */
 	OPUS_CHAT_GEMMA,			/* <start_of_turn>user ... <end_of_turn> */
 	OPUS_CHAT_PHI3,				/* <|user|>\n...<|end|>\n<|assistant|>\n */
-	OPUS_CHAT_ZEPHYR,			/* <|user|>\n...</s>\n (TinyLlama chat) */
+	OPUS_CHAT_ZEPHYR,			/* <|user|>\n...<|endoftext|>\n */
+	/* variants llama.cpp distinguishes (appended; values above are stable) */
+	OPUS_CHAT_LLAMA2_SYS,		/* llama2 with <<SYS>> system block */
+	OPUS_CHAT_LLAMA2_SYS_BOS,	/* ... and <s> before each later [INST] */
+	OPUS_CHAT_LLAMA2_SYS_STRIP, /* ... with message contents trimmed */
+	OPUS_CHAT_MISTRAL_V1,		/* " [INST] ... [/INST]" */
+	OPUS_CHAT_MISTRAL_V3_TEKKEN,	/* "[INST]...[/INST]" without spaces */
+	OPUS_CHAT_MISTRAL_V7,		/* [SYSTEM_PROMPT] ... [INST] ... */
+	OPUS_CHAT_MISTRAL_V7_TEKKEN,
+	OPUS_CHAT_FALCON3,			/* <|user|>\n...\n (also TinyLlama's </s> template) */
 	OPUS_CHAT__COUNT
 };
 
@@ -36,7 +54,7 @@ struct opus_chat_msg
 
 /* Detect from template source (may be NULL: returns OPUS_CHAT_UNKNOWN). */
 enum opus_chat_template opus_chat_detect(const char *tmpl, size_t len);
-/* By name ("chatml", "llama3", ...), or OPUS_CHAT_UNKNOWN. */
+/* By llama.cpp's name ("chatml", "llama3", "mistral-v3", ...), or OPUS_CHAT_UNKNOWN. */
 enum opus_chat_template opus_chat_from_name(const char *name);
 const char *opus_chat_name(enum opus_chat_template t);
 
