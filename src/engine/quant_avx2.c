@@ -668,7 +668,7 @@ q6_K_vec_dot_avx2(int64_t n, const void *w, const void *x)
  * activation quantization
  * --------------------------------------------------------------------- */
 
-/* roundf(): round half away from zero, then clamp to [-127, 127] */
+/* roundf(): round half away from zero, then clamp to [-127, 127]; NaN -> 0 */
 static inline __m256
 round_q8_ps(__m256 v)
 {
@@ -680,7 +680,9 @@ round_q8_ps(__m256 v)
 
 	t = _mm256_add_ps(t, _mm256_and_ps(up, one));
 	t = _mm256_min_ps(t, _mm256_set1_ps(127.0f));
-	return _mm256_max_ps(t, _mm256_set1_ps(-127.0f));
+	t = _mm256_max_ps(t, _mm256_set1_ps(-127.0f));
+	/* NaN (from inf * 0) gives 0, as in the reference */
+	return _mm256_and_ps(t, _mm256_cmp_ps(v, v, _CMP_ORD_Q));
 }
 
 /* four vectors of 8 int32 (in range) -> 32 int8 in order */

@@ -415,6 +415,12 @@ test_avx2(void)
 		q81->from_float_ref(x, &c1, 32);
 		q81->from_float(x, &c2, 32);
 		CHECK(memcmp(&c1, &c2, sizeof(c1)) == 0, "Q8_1 ties identical");
+		x[4] = INFINITY;		/* d = inf, id = 0: inf * 0 is NaN, stored as 0 */
+		q80->from_float_ref(x, &a, 32);
+		q80->from_float(x, &b, 32);
+		CHECK(memcmp(&a, &b, sizeof(a)) == 0 && a.qs[4] == 0 && a.qs[1] == 0,
+			  "Q8_0 of a block holding inf: identical, NaN products stored as 0");
+		x[4] = -0.5f;
 		x[0] = -127.0f;
 		q8k->from_float_ref(x, &k1, 256);
 		q8k->from_float(x, &k2, 256);
