@@ -22,6 +22,7 @@
 
 #include "gguf.h"
 #include "tokenizer.h"
+#include "unicode.h"
 #include "unit.h"
 
 #define GOLDEN_DIR "test/golden/tokenizer/"
@@ -297,6 +298,105 @@ run_golden(const struct opus_tokenizer *tok, const char *path)
 	return n_cases;
 }
 
+static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
+
+static uint32_t
+rng(void)
+{
+	rng_state ^= rng_state << 13;
+	rng_state ^= rng_state >> 7;
+	rng_state ^= rng_state << 17;
+	return (uint32_t) (rng_state >> 16);
+}
+
+/* A random string of text-like fragments, sometimes with invalid bytes. */
+static size_t
+random_text(char *buf, size_t cap, bool allow_invalid)
+{
+	static const char *frags[] = {
+		"a", "the", "The", " ", "  ", "\t", "\n", "\r\n", "1", "42", "2024",
+		".", ",", "!", "?", "'s", "'", "\"", "(", ")", "{", "}", "<", ">",
+		"caf\xc3\xa9", "\xc3\x9c", "\xe4\xb8\xad", "\xe6\x96\x87", "\xf0\x9f\x98\x80",
+		"\xe2\x80\x94", "e\xcc\x81", "\xc2\xa0", "\xe3\x80\x80", "\xd9\x85\xd8\xb1",
+		"<|im_end|>", "<|im_start|>", "_", "-", "x", "Q", "zz",
+	};
+	size_t		n = 0;
+	int			parts = 1 + (int) (rng() % 24);
+
+	for (int i = 0; i < parts; i++)
+	{
+		const char *f;
+		size_t		fl;
+		char		b;
+
+		if (allow_invalid && rng() % 10 == 0)
+		{
+			b = (char) (0x80 + rng() % 128);
+			f = &b;
+			fl = 1;
+		}
+		else
+		{
+			f = frags[rng() % (sizeof(frags) / sizeof(frags[0]))];
+			fl = strlen(f);
+		}
+		if (n + fl >= cap)
+			break;
+		memcpy(buf + n, f, fl);
+		n += fl;
+	}
+	return n;
+}
+
+/*
+ * Properties that need no oracle: byte-level BPE decodes back to the input
+ * with every invalid byte replaced by U+FFFD (llama.cpp's decoder); a
+ * SentencePiece vocabulary with byte fallback decodes valid UTF-8 back to
+ * the exact input bytes (an invalid lead byte can swallow the U+2581 that
+ * stands for a following space, in llama.cpp too, so SPM gets valid text).  Control-token text is not parsed, so it round-trips too.
+ * (Text with SentencePiece user-defined tokens does not: llama.cpp prefixes
+ * the text after one with a space, so the random text has none.)
+ */
+static void
+test_roundtrip(const struct opus_tokenizer *t, bool spm, int iters)
+{
+	char		in[512];
+	int32_t		ids[2048];
+	int			bad = 0;
+
+	for (int it = 0; it < iters; it++)
+	{
+		size_t		n = random_text(in, sizeof(in), !spm);
+		int64_t		nt = 0;
+		char	   *out = NULL;
+		size_t		ol = 0;
+		char		want[2048];
+		size_t		wl = 0;
+		bool		ok;
+
+		if (spm)
+		{
+			memcpy(want, in, n);
+			wl = n;
+		}
+		else
+		{
+			for (size_t off = 0; off < n;)
+				wl += (size_t) opus_utf8_encode(opus_utf8_decode((const uint8_t *) in, n, &off),
+												want + wl);
+		}
+		ok = opus_tokenizer_encode(t, in, n, false, false, ids, 2048, &nt, NULL) == OPUS_OK &&
+			opus_tokenizer_decode(t, ids, nt, false, &out, &ol, NULL) == OPUS_OK &&
+			ol == wl && memcmp(out, want, wl) == 0;
+		if (!ok && bad++ < 5)
+			fprintf(stderr, "  round trip failed for \"%.*s\" -> \"%.*s\"\n",
+					(int) n, in, (int) ol, out ? out : "");
+		free(out);
+	}
+	CHECK(bad == 0, "%d of %d random strings did not round-trip (%s)", bad, iters,
+		  spm ? "spm" : "bpe");
+}
+
 /* Copy the model's metadata with tokenizer.ggml.pre replaced, to a temp file. */
 static bool
 write_variant(const struct opus_gguf *g, const char *pre, char *path)
@@ -502,6 +602,7 @@ main(void)
 		{
 			run_golden(t, GOLDEN_DIR "spm.golden");
 			test_api(t);
+			test_roundtrip(t, true, 3000);
 			opus_tokenizer_free(t);
 		}
 	}
@@ -521,6 +622,7 @@ main(void)
 			return UNIT_DONE();
 		run_golden(t, GOLDEN_DIR "smollm.golden");
 		test_api(t);
+		test_roundtrip(t, false, 3000);
 		test_speed(t);
 		opus_tokenizer_free(t);
 
