@@ -1,0 +1,814 @@
+/*
+ * test_scheduler.c - the generation scheduler over the real default model
+ * ($OPUS_MODEL; the model tests are skipped without it): batching does not
+ * change a request's output (greedy and seeded), preemption on a tiny KV
+ * pool, cancellation, stop strings (also across token boundaries),
+ * max_tokens, priorities, and submit-time rejections.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "scheduler.h"
+#include "unit.h"
+
+#define MAX_REQ 16
+#define TEXT_CAP 8192
+
+struct got
+{
+	uint64_t	id;
+	char		text[TEXT_CAP];
+	int			n_text;
+	int			n_text_events;
+	int			n_text_tokens;
+	int			n_done;
+	int			events_after_done;
+	bool		bad_utf8;
+	struct opus_event done;
+};
+
+struct collector
+{
+	struct got	g[MAX_REQ];
+	int			n;
+	uint64_t	done_order[MAX_REQ];
+	int			n_done;
+	int			n_events;
+};
+
+static struct opus_model *model;
+static const struct opus_tokenizer *tok;
+
+static bool
+valid_utf8(const unsigned char *b, int n)
+{
+	int			i = 0;
+
+	while (i < n)
+	{
+		int			len;
+		unsigned	c = b[i];
+
+		if (c < 0x80)
+			len = 1;
+		else if (c >= 0xc2 && c <= 0xdf)
+			len = 2;
+		else if (c >= 0xe0 && c <= 0xef)
+			len = 3;
+		else if (c >= 0xf0 && c <= 0xf4)
+			len = 4;
+		else
+			return false;
+		if (i + len > n)
+			return false;
+		for (int k = 1; k < len; k++)
+			if ((b[i + k] & 0xc0) != 0x80)
+				return false;
+		i += len;
+	}
+	return true;
+}
+
+static struct got *
+got_for(struct collector *c, uint64_t id)
+{
+	for (int i = 0; i < c->n; i++)
+		if (c->g[i].id == id)
+			return &c->g[i];
+	if (c->n == MAX_REQ)
+		return NULL;
+	memset(&c->g[c->n], 0, sizeof(c->g[0]));
+	c->g[c->n].id = id;
+	return &c->g[c->n++];
+}
+
+static void
+on_event(void *user, const struct opus_event *ev)
+{
+	struct collector *c = user;
+	struct got *g = got_for(c, ev->id);
+
+	c->n_events++;
+	if (!g)
+		return;
+	if (g->n_done > 0)
+		g->events_after_done++;
+	if (ev->kind == OPUS_EV_TEXT)
+	{
+		if (!valid_utf8((const unsigned char *) ev->text, ev->text_len))
+			g->bad_utf8 = true;
+		if (g->n_text + ev->text_len < TEXT_CAP)
+		{
+			memcpy(g->text + g->n_text, ev->text, (size_t) ev->text_len);
+			g->n_text += ev->text_len;
+			g->text[g->n_text] = '\0';
+		}
+		g->n_text_events++;
+		g->n_text_tokens += ev->n_tokens;
+	}
+	else if (ev->kind == OPUS_EV_DONE)
+	{
+		g->n_done++;
+		g->done = *ev;
+		if (c->n_done < MAX_REQ)
+			c->done_order[c->n_done++] = ev->id;
+	}
+}
+
+static int
+encode(const char *text, int32_t *out, int cap)
+{
+	int64_t		n = 0;
+	struct opus_error err = {0};
+
+	if (opus_tokenizer_encode(tok, text, strlen(text), true, false, out, cap,
+							  &n, &err) != OPUS_OK)
+	{
+		CHECK(false, "encode: %s", err.msg);
+		return 0;
+	}
+	return (int) n;
+}
+
+static struct opus_ctx *
+make_ctx(int block_size, int64_t n_blocks, int max_batch, int n_ctx)
+{
+	struct opus_ctx_params cp = {0};
+	struct opus_ctx *c = NULL;
+	struct opus_error err = {0};
+
+	cp.n_threads = 1;
+	cp.block_size = block_size;
+	cp.n_blocks = n_blocks;
+	cp.max_batch_tokens = max_batch;
+	cp.n_ctx = n_ctx;
+	if (opus_ctx_create(model, &cp, &c, &err) != OPUS_OK)
+		CHECK(false, "ctx_create: %s", err.msg);
+	return c;
+}
+
+static struct opus_gen_params
+gen(int max_tokens, float temp, uint64_t seed, int priority)
+{
+	struct opus_gen_params p;
+
+	memset(&p, 0, sizeof(p));
+	opus_sampling_defaults(&p.sampling);
+	p.sampling.temperature = temp;
+	p.sampling.seed = seed;
+	p.max_tokens = max_tokens;
+	p.priority = priority;
+	return p;
+}
+
+/* Step until nothing is active (or a step limit); returns steps taken. */
+static int
+run_all(struct opus_sched *s, int limit)
+{
+	int			n = 0;
+	struct opus_error err = {0};
+
+	while (opus_sched_n_active(s) > 0 && n < limit)
+	{
+		if (opus_sched_step(s, &err) != OPUS_OK)
+		{
+			CHECK(false, "step: %s", err.msg);
+			break;
+		}
+		n++;
+	}
+	CHECK(opus_sched_n_active(s) == 0, "scheduler idle after %d steps", n);
+	return n;
+}
+
+static void
+check_clean(const struct collector *c, const char *what)
+{
+	for (int i = 0; i < c->n; i++)
+	{
+		CHECK(c->g[i].n_done == 1, "%s: request %llu got %d DONE", what,
+			  (unsigned long long) c->g[i].id, c->g[i].n_done);
+		CHECK(c->g[i].events_after_done == 0, "%s: events after DONE", what);
+		CHECK(!c->g[i].bad_utf8, "%s: TEXT event with invalid UTF-8", what);
+	}
+}
+
+/* ---- the workload used by several tests ---- */
+
+struct job
+{
+	const char *prompt;
+	int			max_tokens;
+	float		temp;
+	uint64_t	seed;
+	int			priority;
+};
+
+static const struct job jobs[4] = {
+	{"The capital of France is", 14, 0.0f, 0, 1},
+	{"Once upon a time, in a small village at the foot of a great mountain, there lived an old clockmaker who", 12, 0.0f, 0, 0},
+	{"def fibonacci(n):", 16, 0.8f, 1234, 2},
+	{"List three colours:", 10, 0.0f, 0, 0},
+};
+
+struct result
+{
+	char		text[TEXT_CAP];
+	enum opus_finish finish;
+	int			n_completion;
+};
+
+/* Submit jobs[idx[0..n)] to a fresh scheduler over c and run to the end. */
+static void
+run_jobs(struct opus_ctx *c, const int *idx, int n, struct result *res,
+		 struct opus_sched_stats *stats_out)
+{
+	struct collector *col = calloc(1, sizeof(*col));
+	struct opus_sched *s = NULL;
+	struct opus_error err = {0};
+
+	CHECK(opus_sched_create(c, on_event, col, &s, &err) == OPUS_OK, "create: %s", err.msg);
+	if (!s)
+	{
+		free(col);
+		return;
+	}
+	for (int i = 0; i < n; i++)
+	{
+		const struct job *j = &jobs[idx[i]];
+		int32_t		toks[256];
+		int			nt = encode(j->prompt, toks, 256);
+		struct opus_gen_params p = gen(j->max_tokens, j->temp, j->seed, j->priority);
+		enum opus_status st;
+
+		p.ignore_eos = true;
+		st = opus_sched_submit(s, (uint64_t) idx[i] + 100, toks, nt, &p, &err);
+		CHECK(st == OPUS_OK, "submit job %d: %s", idx[i], err.msg);
+	}
+	run_all(s, 2000);
+	check_clean(col, "run_jobs");
+	for (int i = 0; i < n; i++)
+	{
+		struct got *g = got_for(col, (uint64_t) idx[i] + 100);
+
+		memcpy(res[idx[i]].text, g->text, sizeof(g->text));
+		res[idx[i]].finish = g->done.finish;
+		res[idx[i]].n_completion = g->done.n_completion;
+	}
+	if (stats_out)
+		opus_sched_get_stats(s, stats_out);
+	opus_sched_free(s);
+	free(col);
+}
+
+/*
+ * A reference greedy loop straight over opus_forward: the whole prompt in
+ * one call, then one token at a time; the text is the concatenated pieces.
+ */
+static void
+reference_greedy(const char *prompt, int n_gen, char *text)
+{
+	struct opus_ctx *c = make_ctx(16, 64, 256, 512);
+	int32_t		toks[512];
+	int			nt = encode(prompt, toks, 256);
+	int32_t		n_vocab = opus_model_hparams(model)->n_vocab;
+	float	   *logits = malloc(sizeof(float) * (size_t) n_vocab);
+	struct opus_seq seq;
+	struct opus_error err = {0};
+	int			len = 0;
+	struct opus_batch_item it;
+
+	text[0] = '\0';
+	if (!c)
+		return;
+	opus_seq_init(&seq);
+	memset(&it, 0, sizeof(it));
+	it.seq = &seq;
+	it.tokens = toks;
+	it.n_tokens = nt;
+	it.logits = logits;
+	for (int g = 0; g < n_gen; g++)
+	{
+		int32_t		best = 0;
+
+		CHECK(opus_forward(c, &it, 1, &err) == OPUS_OK, "reference forward: %s", err.msg);
+		for (int32_t v = 1; v < n_vocab; v++)
+			if (logits[v] > logits[best])
+				best = v;
+		toks[nt] = best;
+		len += opus_tokenizer_piece(tok, best, false, text + len, TEXT_CAP - len - 1);
+		it.tokens = &toks[nt];
+		it.n_tokens = 1;
+		nt++;
+	}
+	text[len] = '\0';
+	opus_seq_release(c, &seq);
+	opus_ctx_free(c);
+	free(logits);
+}
+
+/* ---- tests ---- */
+
+static struct result alone[4];
+
+static void
+test_alone_vs_together(void)
+{
+	struct result together[4];
+	struct opus_sched_stats st;
+	int			all[4] = {0, 1, 2, 3};
+	char		ref[TEXT_CAP];
+
+	/* each alone, on a roomy context */
+	for (int i = 0; i < 4; i++)
+	{
+		struct opus_ctx *c = make_ctx(16, 64, 64, 512);
+
+		run_jobs(c, &i, 1, alone, NULL);
+		CHECK(alone[i].finish == OPUS_FINISH_LENGTH &&
+			  alone[i].n_completion == jobs[i].max_tokens,
+			  "job %d alone: finish %d, %d tokens", i, alone[i].finish,
+			  alone[i].n_completion);
+		CHECK(strlen(alone[i].text) > 0, "job %d produced text", i);
+		opus_ctx_free(c);
+	}
+	printf("alone[0]: '%s'\nalone[2]: '%s'\n", alone[0].text, alone[2].text);
+
+	/* greedy through the scheduler equals a plain forward loop */
+	reference_greedy(jobs[0].prompt, jobs[0].max_tokens, ref);
+	CHECK(strcmp(ref, alone[0].text) == 0, "scheduler greedy '%s' vs reference '%s'",
+		  alone[0].text, ref);
+	reference_greedy(jobs[1].prompt, jobs[1].max_tokens, ref);
+	CHECK(strcmp(ref, alone[1].text) == 0, "scheduler greedy '%s' vs reference '%s'",
+		  alone[1].text, ref);
+
+	/*
+	 * all four together; a 16-token budget splits the long prompt across
+	 * steps while the others decode
+	 */
+	{
+		struct opus_ctx *c = make_ctx(16, 64, 16, 512);
+
+		memset(together, 0, sizeof(together));
+		run_jobs(c, all, 4, together, &st);
+		for (int i = 0; i < 4; i++)
+		{
+			CHECK(strcmp(alone[i].text, together[i].text) == 0,
+				  "job %d together: '%s' vs alone '%s'", i, together[i].text,
+				  alone[i].text);
+			CHECK(together[i].finish == alone[i].finish &&
+				  together[i].n_completion == alone[i].n_completion,
+				  "job %d together: finish/count differ", i);
+		}
+		CHECK(st.preemptions == 0, "no preemption on a roomy pool");
+		CHECK(st.kv_blocks_used == 0, "all blocks back (%lld used)",
+			  (long long) st.kv_blocks_used);
+		CHECK(st.tokens_decode > 0 && st.tokens_prefill > 0, "stats count tokens");
+		opus_ctx_free(c);
+	}
+}
+
+static void
+test_preemption(void)
+{
+	/*
+	 * Blocks of 4 positions, 12 blocks (48 positions): each job alone fits
+	 * (the longest needs 24 + 12 - 1 positions = 9 blocks), all four
+	 * together do not.
+	 */
+	struct opus_ctx *c = make_ctx(4, 12, 16, 512);
+	struct result res[4];
+	struct opus_sched_stats st;
+	int			all[4] = {3, 2, 1, 0};
+
+	memset(res, 0, sizeof(res));
+	if (!c)
+		return;
+	run_jobs(c, all, 4, res, &st);
+	for (int i = 0; i < 4; i++)
+	{
+		CHECK(strcmp(alone[i].text, res[i].text) == 0,
+			  "job %d under preemption: '%s' vs alone '%s'", i, res[i].text,
+			  alone[i].text);
+		CHECK(res[i].n_completion == alone[i].n_completion &&
+			  res[i].finish == alone[i].finish, "job %d under preemption: counts", i);
+	}
+	printf("preemptions on a 12-block pool: %lld\n", (long long) st.preemptions);
+	CHECK(st.preemptions > 0, "the tiny pool forced preemption");
+	CHECK(opus_ctx_free_blocks(c) == 12, "every block back after preemption");
+	opus_ctx_free(c);
+}
+
+static void
+test_cancel(void)
+{
+	struct opus_ctx *c = make_ctx(16, 32, 64, 512);
+	struct collector *col = calloc(1, sizeof(*col));
+	struct opus_sched *s = NULL;
+	struct opus_error err = {0};
+	int32_t		toks[64];
+	int			nt;
+	struct opus_gen_params p = gen(40, 0.0f, 0, 0);
+
+	if (!c)
+		return;
+	nt = encode("Write a long story about a dragon.", toks, 64);
+	p.ignore_eos = true;
+	CHECK(opus_sched_create(c, on_event, col, &s, &err) == OPUS_OK, "create");
+	CHECK(opus_sched_submit(s, 1, toks, nt, &p, &err) == OPUS_OK, "submit 1");
+	CHECK(opus_sched_submit(s, 2, toks, nt, &p, &err) == OPUS_OK, "submit 2");
+	for (int i = 0; i < 3; i++)
+		CHECK(opus_sched_step(s, &err) == OPUS_OK, "step");
+	CHECK(opus_ctx_free_blocks(c) < 32, "running requests hold blocks");
+	/* one running and one still queued */
+	p.priority = 3;
+	CHECK(opus_sched_submit(s, 3, toks, nt, &p, &err) == OPUS_OK, "submit 3");
+	CHECK(opus_sched_cancel(s, 1), "cancel 1");
+	CHECK(opus_sched_cancel(s, 3), "cancel 3 (queued)");
+	CHECK(!opus_sched_cancel(s, 99), "cancel unknown id is false");
+	CHECK(got_for(col, 1)->n_done == 0, "DONE waits for the step boundary");
+	CHECK(opus_sched_step(s, &err) == OPUS_OK, "step");
+	CHECK(got_for(col, 1)->n_done == 1 &&
+		  got_for(col, 1)->done.finish == OPUS_FINISH_CANCELLED,
+		  "cancelled running request: DONE CANCELLED");
+	CHECK(got_for(col, 3)->n_done == 1 &&
+		  got_for(col, 3)->done.finish == OPUS_FINISH_CANCELLED &&
+		  got_for(col, 3)->done.n_completion == 0,
+		  "cancelled queued request: DONE CANCELLED");
+	CHECK(got_for(col, 2)->n_done == 0, "the other goes on");
+	CHECK(opus_sched_n_active(s) == 1, "one active after cancelling two");
+	CHECK(!opus_sched_cancel(s, 1), "a finished id is unknown");
+	CHECK(opus_sched_cancel(s, 2), "cancel 2");
+	CHECK(opus_sched_step(s, &err) == OPUS_OK, "step");
+	CHECK(opus_ctx_free_blocks(c) == 32, "all blocks free after cancelling (%lld)",
+		  (long long) opus_ctx_free_blocks(c));
+	CHECK(opus_sched_n_active(s) == 0, "nothing active");
+	check_clean(col, "cancel");
+	/* the id can be used again */
+	CHECK(opus_sched_submit(s, 1, toks, nt, &p, &err) == OPUS_OK, "resubmit id 1");
+	CHECK(opus_sched_cancel(s, 1), "cancel again");
+	run_all(s, 10);
+	CHECK(got_for(col, 1)->n_done == 2, "second life of id 1 ended too");
+	opus_sched_free(s);
+	opus_ctx_free(c);
+	free(col);
+}
+
+/* Run job 0 (greedy, ignore_eos) with the given stops; returns its got. */
+static void
+run_with_stops(const char *const *stops, int n_stop, int max_tokens,
+			   struct got *out)
+{
+	struct opus_ctx *c = make_ctx(16, 64, 64, 512);
+	struct collector *col = calloc(1, sizeof(*col));
+	struct opus_sched *s = NULL;
+	struct opus_error err = {0};
+	int32_t		toks[64];
+	int			nt;
+	struct opus_gen_params p = gen(max_tokens, 0.0f, 0, 0);
+
+	if (!c)
+		return;
+	nt = encode(jobs[0].prompt, toks, 64);
+	p.ignore_eos = true;
+	p.n_stop = n_stop;
+	for (int i = 0; i < n_stop; i++)
+		p.stop[i] = stops[i];
+	CHECK(opus_sched_create(c, on_event, col, &s, &err) == OPUS_OK, "create");
+	CHECK(opus_sched_submit(s, 7, toks, nt, &p, &err) == OPUS_OK, "submit: %s", err.msg);
+	run_all(s, 200);
+	check_clean(col, "stops");
+	*out = *got_for(col, 7);
+	opus_sched_free(s);
+	CHECK(opus_ctx_free_blocks(c) == 64, "blocks back after a stop");
+	opus_ctx_free(c);
+	free(col);
+}
+
+static void
+test_stops(void)
+{
+	/* the pieces of job 0's greedy continuation, to find token boundaries */
+	struct opus_ctx *c = make_ctx(16, 64, 64, 512);
+	int32_t		toks[128];
+	int			nt = encode(jobs[0].prompt, toks, 64);
+	int			n0 = nt;
+	int32_t		n_vocab = opus_model_hparams(model)->n_vocab;
+	float	   *logits = malloc(sizeof(float) * (size_t) n_vocab);
+	int			bound[64];		/* text offset where each piece ends */
+	char		full[TEXT_CAP];
+	int			len = 0;
+	struct opus_seq seq;
+	struct opus_batch_item it = {0};
+	struct opus_error err = {0};
+	struct got *g = malloc(sizeof(*g));
+	char		stop_split[16];
+	int			split_at = -1;
+	const int	n_gen = jobs[0].max_tokens;
+
+	if (!c)
+		return;
+	opus_seq_init(&seq);
+	it.seq = &seq;
+	it.tokens = toks;
+	it.n_tokens = nt;
+	it.logits = logits;
+	for (int i = 0; i < n_gen; i++)
+	{
+		int32_t		best = 0;
+
+		CHECK(opus_forward(c, &it, 1, &err) == OPUS_OK, "forward");
+		for (int32_t v = 1; v < n_vocab; v++)
+			if (logits[v] > logits[best])
+				best = v;
+		toks[nt] = best;
+		len += opus_tokenizer_piece(tok, best, false, full + len, 64);
+		bound[i] = len;
+		it.tokens = &toks[nt++];
+		it.n_tokens = 1;
+	}
+	full[len] = '\0';
+	opus_seq_release(c, &seq);
+	opus_ctx_free(c);
+	free(logits);
+	CHECK(strcmp(full, alone[0].text) == 0, "reference text matches the scheduler's");
+	(void) n0;
+
+	/* a stop string that spans a token boundary (2 bytes each side) */
+	for (int i = 1; i < n_gen - 1 && split_at < 0; i++)
+	{
+		int			b = bound[i];
+
+		if (b - bound[i - 1] >= 2 && bound[i + 1] - b >= 2 && b >= 2)
+			split_at = b;
+	}
+	CHECK(split_at > 0, "found a token boundary with 2 bytes either side in '%s'", full);
+	if (split_at > 0)
+	{
+		const char *stops[1] = {stop_split};
+		const char *first;
+		int			expect;
+
+		memcpy(stop_split, full + split_at - 2, 4);
+		stop_split[4] = '\0';
+		first = strstr(full, stop_split);
+		expect = (int) (first - full);
+		run_with_stops(stops, 1, n_gen, g);
+		CHECK(g->done.finish == OPUS_FINISH_STOP, "split stop: finish STOP (%d)",
+			  g->done.finish);
+		CHECK(g->n_text == expect && memcmp(g->text, full, (size_t) expect) == 0,
+			  "split stop '%s': got '%s', want the first %d bytes of '%s'",
+			  stop_split, g->text, expect, full);
+		CHECK(strstr(g->text, stop_split) == NULL, "stop string not emitted");
+		CHECK(g->done.n_completion < n_gen, "stopped early (%d)", g->done.n_completion);
+	}
+
+	/* earliest of several stops wins, whatever their order */
+	if (len > 12)
+	{
+		char		late[8],
+					early[8];
+		const char *stops[2] = {late, early};
+		int			expect;
+
+		memcpy(late, full + len - 4, 3);
+		late[3] = '\0';
+		memcpy(early, full + 5, 3);
+		early[3] = '\0';
+		expect = (int) (strstr(full, early) - full);
+		if (strstr(full, late) - full < expect)
+			expect = (int) (strstr(full, late) - full);
+		run_with_stops(stops, 2, n_gen, g);
+		CHECK(g->done.finish == OPUS_FINISH_STOP && g->n_text == expect &&
+			  memcmp(g->text, full, (size_t) expect) == 0,
+			  "two stops: got '%s' (%d bytes), want %d bytes", g->text, g->n_text,
+			  expect);
+	}
+
+	/* a stop that only starts to match is held back, then released in full */
+	if (len > 6)
+	{
+		char		almost[16];
+		const char *stops[1] = {almost};
+
+		memcpy(almost, full + len - 3, 3);
+		memcpy(almost + 3, "\x01zz", 4);
+		run_with_stops(stops, 1, n_gen, g);
+		CHECK(g->done.finish == OPUS_FINISH_LENGTH && strcmp(g->text, full) == 0,
+			  "partial stop match: got '%s', want '%s'", g->text, full);
+	}
+
+	/* a stop at the very first byte: no text at all */
+	{
+		char		head[4];
+		const char *stops[1] = {head};
+
+		memcpy(head, full, 2);
+		head[2] = '\0';
+		run_with_stops(stops, 1, n_gen, g);
+		CHECK(g->done.finish == OPUS_FINISH_STOP && g->n_text == 0 &&
+			  g->n_text_events == 0, "stop at byte 0: nothing emitted ('%s')",
+			  g->text);
+	}
+
+	/* max_tokens: LENGTH with exactly max_tokens completion tokens */
+	run_with_stops(NULL, 0, 5, g);
+	CHECK(g->done.finish == OPUS_FINISH_LENGTH && g->done.n_completion == 5,
+		  "max_tokens 5: finish %d, %d tokens", g->done.finish, g->done.n_completion);
+	CHECK(g->n_text_tokens <= 5 && g->n_text_tokens >= 4,
+		  "TEXT events cover the tokens (%d)", g->n_text_tokens);
+	CHECK(len >= g->n_text && memcmp(g->text, full, (size_t) g->n_text) == 0 &&
+		  g->n_text == bound[4], "max_tokens 5 text is the first 5 pieces");
+	CHECK(g->done.n_prompt == n0 && g->done.total_ms >= g->done.ttft_ms &&
+		  g->done.ttft_ms >= g->done.queue_ms && g->done.queue_ms >= 0.0,
+		  "DONE counts and times (%d, %.2f, %.2f, %.2f)", g->done.n_prompt,
+		  g->done.queue_ms, g->done.ttft_ms, g->done.total_ms);
+	run_with_stops(NULL, 0, 1, g);
+	CHECK(g->done.finish == OPUS_FINISH_LENGTH && g->done.n_completion == 1,
+		  "max_tokens 1");
+	free(g);
+}
+
+static void
+test_eos(void)
+{
+	/* a chat turn ends with <|im_end|>: finish STOP before max_tokens */
+	struct opus_ctx *c = make_ctx(16, 64, 64, 512);
+	struct collector *col = calloc(1, sizeof(*col));
+	struct opus_sched *s = NULL;
+	struct opus_error err = {0};
+	int32_t		toks[128];
+	int64_t		nt = 0;
+	const char *chat = "<|im_start|>user\nSay hi.<|im_end|>\n<|im_start|>assistant\n";
+	struct opus_gen_params p = gen(60, 0.0f, 0, 0);
+
+	if (!c)
+		return;
+	CHECK(opus_tokenizer_encode(tok, chat, strlen(chat), false, true, toks, 128,
+								&nt, &err) == OPUS_OK, "encode chat");
+	CHECK(opus_sched_create(c, on_event, col, &s, &err) == OPUS_OK, "create");
+	CHECK(opus_sched_submit(s, 5, toks, (int32_t) nt, &p, &err) == OPUS_OK, "submit");
+	run_all(s, 100);
+	printf("chat reply: '%s' (%d tokens)\n", got_for(col, 5)->text,
+		   got_for(col, 5)->done.n_completion);
+	CHECK(got_for(col, 5)->done.finish == OPUS_FINISH_STOP &&
+		  got_for(col, 5)->done.n_completion < 60,
+		  "end-of-generation token stops (finish %d)", got_for(col, 5)->done.finish);
+	CHECK(strstr(got_for(col, 5)->text, "<|im_end|>") == NULL, "EOG not rendered");
+	check_clean(col, "eos");
+	opus_sched_free(s);
+	opus_ctx_free(c);
+	free(col);
+}
+
+static void
+test_priority(void)
+{
+	/* a pool that holds one request at a time: order is the queue order */
+	struct opus_ctx *c = make_ctx(16, 1, 64, 64);
+	struct collector *col = calloc(1, sizeof(*col));
+	struct opus_sched *s = NULL;
+	struct opus_error err = {0};
+	int32_t		toks[64];
+	int			nt;
+
+	if (!c)
+		return;
+	nt = encode("Hello there, my friend, how", toks, 64);
+	CHECK(opus_sched_create(c, on_event, col, &s, &err) == OPUS_OK, "create");
+	for (int i = 0; i < 4; i++)
+	{
+		/* ids 10 (prio 1), 11 (prio 1), 12 (prio 0), 13 (prio 0) */
+		struct opus_gen_params p = gen(4, 0.0f, 0, i < 2 ? 1 : 0);
+
+		p.ignore_eos = true;
+		CHECK(opus_sched_submit(s, 10 + (uint64_t) i, toks, nt, &p, &err) == OPUS_OK,
+			  "submit %d: %s", i, err.msg);
+	}
+	run_all(s, 200);
+	CHECK(col->n_done == 4 && col->done_order[0] == 12 && col->done_order[1] == 13 &&
+		  col->done_order[2] == 10 && col->done_order[3] == 11,
+		  "priority then FIFO: %llu %llu %llu %llu",
+		  (unsigned long long) col->done_order[0], (unsigned long long) col->done_order[1],
+		  (unsigned long long) col->done_order[2], (unsigned long long) col->done_order[3]);
+	check_clean(col, "priority");
+	opus_sched_free(s);
+	opus_ctx_free(c);
+	free(col);
+}
+
+static void
+test_rejections(void)
+{
+	/* n_ctx 64, pool of 3 blocks of 16 = 48 positions */
+	struct opus_ctx *c = make_ctx(16, 3, 64, 64);
+	struct collector *col = calloc(1, sizeof(*col));
+	struct opus_sched *s = NULL;
+	struct opus_error err = {0};
+	int32_t		toks[64];
+	int			nt;
+	struct opus_gen_params p = gen(8, 0.0f, 0, 0);
+	struct opus_gen_params q;
+	char		longstop[OPUS_MAX_STOP_LEN + 2];
+
+	if (!c)
+		return;
+	nt = encode("Hello", toks, 64);
+	CHECK(opus_sched_create(c, on_event, col, &s, &err) == OPUS_OK, "create");
+
+	CHECK(opus_sched_submit(s, 1, toks, 0, &p, &err) == OPUS_ERR_INVALID_ARG,
+		  "empty prompt");
+	q = p;
+	q.max_tokens = 64;
+	err.msg[0] = '\0';
+	CHECK(opus_sched_submit(s, 1, toks, nt, &q, &err) == OPUS_ERR_CONTEXT &&
+		  err.code == OPUS_ERR_CONTEXT && strstr(err.msg, "64"),
+		  "prompt + max_tokens over n_ctx: %s", err.msg);
+	q.max_tokens = 60 - nt;		/* fits n_ctx, not the 48-position pool */
+	CHECK(opus_sched_submit(s, 1, toks, nt, &q, &err) == OPUS_ERR_CAPACITY,
+		  "more blocks than the pool: %s", err.msg);
+	q = p;
+	q.max_tokens = 0;
+	CHECK(opus_sched_submit(s, 1, toks, nt, &q, &err) == OPUS_ERR_INVALID_ARG &&
+		  strstr(err.msg, "max_tokens"), "max_tokens 0: %s", err.msg);
+	q = p;
+	q.sampling.top_p = 0.0f;
+	CHECK(opus_sched_submit(s, 1, toks, nt, &q, &err) == OPUS_ERR_INVALID_ARG &&
+		  strstr(err.msg, "top_p"), "top_p 0: %s", err.msg);
+	q = p;
+	q.sampling.temperature = NAN;
+	CHECK(opus_sched_submit(s, 1, toks, nt, &q, &err) == OPUS_ERR_INVALID_ARG &&
+		  strstr(err.msg, "temperature"), "temperature NaN: %s", err.msg);
+	q = p;
+	q.n_stop = OPUS_MAX_STOP + 1;
+	for (int i = 0; i < OPUS_MAX_STOP; i++)
+		q.stop[i] = "x";
+	CHECK(opus_sched_submit(s, 1, toks, nt, &q, &err) == OPUS_ERR_INVALID_ARG,
+		  "too many stops: %s", err.msg);
+	q = p;
+	q.n_stop = 1;
+	q.stop[0] = "";
+	CHECK(opus_sched_submit(s, 1, toks, nt, &q, &err) == OPUS_ERR_INVALID_ARG,
+		  "empty stop: %s", err.msg);
+	memset(longstop, 'a', OPUS_MAX_STOP_LEN + 1);
+	longstop[OPUS_MAX_STOP_LEN + 1] = '\0';
+	q.stop[0] = longstop;
+	CHECK(opus_sched_submit(s, 1, toks, nt, &q, &err) == OPUS_ERR_INVALID_ARG,
+		  "stop over %d bytes: %s", OPUS_MAX_STOP_LEN, err.msg);
+	longstop[OPUS_MAX_STOP_LEN] = '\0';
+	CHECK(opus_sched_submit(s, 1, toks, nt, &q, &err) == OPUS_OK,
+		  "stop of exactly %d bytes is fine: %s", OPUS_MAX_STOP_LEN, err.msg);
+	CHECK(opus_sched_submit(s, 1, toks, nt, &p, &err) == OPUS_ERR_INVALID_ARG &&
+		  strstr(err.msg, "id"), "duplicate id: %s", err.msg);
+	{
+		int32_t		bad[2] = {toks[0], opus_model_hparams(model)->n_vocab};
+
+		CHECK(opus_sched_submit(s, 2, bad, 2, &p, &err) == OPUS_ERR_TOKENIZE,
+			  "token out of range: %s", err.msg);
+	}
+	/* exactly n_ctx passes the context check (and fails on the pool) */
+	q = p;
+	q.max_tokens = 64 - nt;
+	CHECK(opus_sched_submit(s, 3, toks, nt, &q, &err) == OPUS_ERR_CAPACITY,
+		  "prompt + max_tokens == n_ctx is not a context error: %s", err.msg);
+	CHECK(col->n_events == 0, "rejections emit no events");
+	CHECK(opus_sched_n_active(s) == 1, "only the valid request is queued");
+	run_all(s, 50);
+	check_clean(col, "rejections");
+	opus_sched_free(s);
+	opus_ctx_free(c);
+	free(col);
+}
+
+int
+main(void)
+{
+	const char *path = unit_model_path();
+	struct opus_sched *s = NULL;
+	struct opus_error err = {0};
+
+	setvbuf(stdout, NULL, _IONBF, 0);
+	CHECK(opus_sched_create(NULL, on_event, NULL, &s, &err) == OPUS_ERR_INVALID_ARG &&
+		  s == NULL, "create without a context fails");
+	if (!path)
+	{
+		printf("OPUS_MODEL not set: skipping model tests\n");
+		return UNIT_DONE();
+	}
+	if (opus_model_load(path, NULL, &model, &err) != OPUS_OK)
+	{
+		CHECK(false, "load %s: %s", path, err.msg);
+		return UNIT_DONE();
+	}
+	tok = opus_model_tokenizer(model);
+	test_rejections();
+	test_alone_vs_together();
+	test_preemption();
+	test_cancel();
+	test_stops();
+	test_eos();
+	test_priority();
+	opus_model_free(model);
+	return UNIT_DONE();
+}
