@@ -397,6 +397,123 @@ test_roundtrip(const struct opus_tokenizer *t, bool spm, int iters)
 		  spm ? "spm" : "bpe");
 }
 
+/* GGUF encoding of a string array (element type, count, then strings). */
+static size_t
+str_array(uint8_t *buf, const char *const *items, int n)
+{
+	uint32_t	et = OPUS_GGUF_STRING;
+	uint64_t	cnt = (uint64_t) n;
+	size_t		off = 0;
+
+	memcpy(buf + off, &et, 4);
+	off += 4;
+	memcpy(buf + off, &cnt, 8);
+	off += 8;
+	for (int i = 0; i < n; i++)
+	{
+		uint64_t	l = strlen(items[i]);
+
+		memcpy(buf + off, &l, 8);
+		off += 8;
+		memcpy(buf + off, items[i], l);
+		off += l;
+	}
+	return off;
+}
+
+/* Build a tiny vocabulary GGUF and try to load it; returns the status. */
+static enum opus_status
+load_synthetic(const char *model, const char *pre, const char *const *tokens,
+			   int n_tokens, int n_scores, bool with_merges, char *msg)
+{
+	struct opus_gguf_writer *w = opus_gguf_writer_new(OPUS_GGUF_DEFAULT_ALIGNMENT);
+	uint8_t		buf[4096];
+	size_t		len;
+	char		path[] = "/tmp/opus_tok_synth_XXXXXX";
+	int			fd = mkstemp(path);
+	struct opus_gguf *g = NULL;
+	struct opus_tokenizer *t = NULL;
+	struct opus_error err = {0};
+	enum opus_status st;
+
+	close(fd);
+	opus_gguf_writer_add_str(w, "tokenizer.ggml.model", model, NULL);
+	if (pre)
+		opus_gguf_writer_add_str(w, "tokenizer.ggml.pre", pre, NULL);
+	len = str_array(buf, tokens, n_tokens);
+	opus_gguf_writer_add_raw(w, "tokenizer.ggml.tokens", OPUS_GGUF_ARRAY, buf, len, NULL);
+	if (n_scores >= 0)
+	{
+		uint32_t	et = OPUS_GGUF_FLOAT32;
+		uint64_t	cnt = (uint64_t) n_scores;
+
+		memcpy(buf, &et, 4);
+		memcpy(buf + 4, &cnt, 8);
+		for (int i = 0; i < n_scores; i++)
+		{
+			float		v = (float) -i;
+
+			memcpy(buf + 12 + 4 * i, &v, 4);
+		}
+		opus_gguf_writer_add_raw(w, "tokenizer.ggml.scores", OPUS_GGUF_ARRAY, buf,
+								 12 + 4 * (size_t) n_scores, NULL);
+	}
+	if (with_merges)
+	{
+		static const char *const merges[] = {"a b", "ab c"};
+
+		len = str_array(buf, merges, 2);
+		opus_gguf_writer_add_raw(w, "tokenizer.ggml.merges", OPUS_GGUF_ARRAY, buf, len, NULL);
+	}
+	opus_gguf_writer_write(w, path, NULL);
+	opus_gguf_writer_free(w);
+	st = opus_gguf_open(path, &g, &err);
+	if (st == OPUS_OK)
+	{
+		st = opus_tokenizer_load(g, &t, &err);
+		opus_gguf_close(g);
+	}
+	unlink(path);
+	if (st == OPUS_OK)
+	{
+		/* "abc" merges to one token with the BPE vocabulary */
+		int32_t		ids[8];
+		int64_t		n = 0;
+
+		opus_tokenizer_encode(t, "abc", 3, false, false, ids, 8, &n, NULL);
+		snprintf(msg, 64, "%lld:%d", (long long) n, n > 0 ? ids[0] : -1);
+		opus_tokenizer_free(t);
+	}
+	else
+		snprintf(msg, 64, "%.60s", err.msg);
+	return st;
+}
+
+static void
+test_load_errors(void)
+{
+	static const char *const bpe[] = {"a", "b", "c", "ab", "abc"};
+	static const char *const dup[] = {"a", "b", "a"};
+	char		msg[64];
+
+	CHECK(load_synthetic("gpt2", "gpt-2", bpe, 5, -1, true, msg) == OPUS_OK &&
+		  strcmp(msg, "1:4") == 0, "tiny BPE vocabulary: %s", msg);
+	CHECK(load_synthetic("gpt2", NULL, bpe, 5, -1, true, msg) == OPUS_OK,
+		  "missing pre-tokenizer is not the default one: %s", msg);
+	CHECK(load_synthetic("bert", NULL, bpe, 5, -1, true, msg) == OPUS_ERR_UNSUPPORTED,
+		  "tokenizer model bert accepted");
+	CHECK(load_synthetic("gpt2", "no-such-pre", bpe, 5, -1, true, msg) == OPUS_ERR_UNSUPPORTED,
+		  "unknown pre-tokenizer accepted");
+	CHECK(load_synthetic("gpt2", "gpt-2", bpe, 5, -1, false, msg) == OPUS_ERR_FORMAT,
+		  "BPE without merges accepted");
+	CHECK(load_synthetic("gpt2", "gpt-2", dup, 3, -1, true, msg) == OPUS_ERR_FORMAT,
+		  "duplicate tokens accepted");
+	CHECK(load_synthetic("llama", NULL, bpe, 5, 3, false, msg) == OPUS_ERR_FORMAT,
+		  "short scores array accepted");
+	CHECK(load_synthetic("llama", NULL, bpe, 5, 5, false, msg) == OPUS_OK,
+		  "tiny SPM vocabulary: %s", msg);
+}
+
 /* Copy the model's metadata with tokenizer.ggml.pre replaced, to a temp file. */
 static bool
 write_variant(const struct opus_gguf *g, const char *pre, char *path)
@@ -593,6 +710,7 @@ main(void)
 
 	setvbuf(stdout, NULL, _IONBF, 0);
 	test_utf8_stream();
+	test_load_errors();
 
 	/* SentencePiece: a small committed vocabulary */
 	{
