@@ -103,22 +103,11 @@ static const char *const eog_names[] = {
 	"[e~[", NULL
 };
 
-static bool
-name_in(const char *s, size_t n, const char *const *names)
+/* Id of the token whose text is name, or -1. */
+static int32_t
+named(const struct opus_tokenizer *t, const char *name)
 {
-	for (int i = 0; names[i]; i++)
-		if (strlen(names[i]) == n && memcmp(names[i], s, n) == 0)
-			return true;
-	return false;
-}
-
-static bool
-tok_is(const struct opus_tokenizer *t, int32_t id, const char *name)
-{
-	size_t		n;
-	const char *s = tok_text(t, id, &n);
-
-	return strlen(name) == n && memcmp(s, name, n) == 0;
+	return vocab_find(t, name, strlen(name));
 }
 
 static enum opus_status
@@ -512,19 +501,20 @@ load_vocab(struct opus_tokenizer *t, const struct opus_gguf *g,
 	return OPUS_OK;
 }
 
-/* Find the first token (by id) whose text is one of names, or -1. */
+/* The lowest id among the tokens whose text is one of names, or -1. */
 static int32_t
 find_named(const struct opus_tokenizer *t, const char *const *names)
 {
-	for (int32_t id = 0; id < t->n_vocab; id++)
-	{
-		size_t		n;
-		const char *s = tok_text(t, id, &n);
+	int32_t		best = -1;
 
-		if (n > 0 && n < 40 && name_in(s, n, names))
-			return id;
+	for (int i = 0; names[i]; i++)
+	{
+		int32_t		id = named(t, names[i]);
+
+		if (id >= 0 && (best < 0 || id < best))
+			best = id;
 	}
-	return -1;
+	return best;
 }
 
 static void
@@ -593,23 +583,29 @@ setup_special(struct opus_tokenizer *t, const struct opus_gguf *g)
 		t->eog[fim_rep] = 1;
 	if (fim_sep >= 0)
 		t->eog[fim_sep] = 1;
-	for (int32_t id = 0; id < t->n_vocab; id++)
+	for (int i = 0; eog_names[i]; i++)
 	{
-		size_t		n;
-		const char *s = tok_text(t, id, &n);
+		int32_t		id = named(t, eog_names[i]);
 
-		if (n > 0 && n < 40 && name_in(s, n, eog_names))
+		if (id >= 0)
 		{
 			t->eog[id] = 1;
 			t->attr[id] |= ATTR_CONTROL;
 		}
 	}
 	/* gpt-oss: these are always rendered */
-	for (int32_t id = 0; id < t->n_vocab; id++)
 	{
-		if (tok_is(t, id, "<|channel|>") || tok_is(t, id, "<|message|>") ||
-			tok_is(t, id, "<|start|>") || tok_is(t, id, "<|constrain|>"))
-			t->attr[id] = ATTR_USER_DEFINED;
+		static const char *const always[] = {
+			"<|channel|>", "<|message|>", "<|start|>", "<|constrain|>", NULL
+		};
+
+		for (int i = 0; always[i]; i++)
+		{
+			int32_t		id = named(t, always[i]);
+
+			if (id >= 0)
+				t->attr[id] = ATTR_USER_DEFINED;
+		}
 	}
 	if (t->eos >= 0)
 		t->eog[t->eos] = 1;
@@ -619,23 +615,14 @@ setup_special(struct opus_tokenizer *t, const struct opus_gguf *g)
 		t->eog[t->eom] = 1;
 
 	/* harmony / solar-open: <|end|> is not end of generation there */
-	for (int32_t id = 0; id < t->n_vocab; id++)
-	{
-		if (!t->eog[id])
-			continue;
-		if (tok_is(t, id, "<|return|>"))
-			has_return = true;
-		else if (tok_is(t, id, "<|call|>") || tok_is(t, id, "<|calls|>"))
-			has_call = true;
-		else if (tok_is(t, id, "<|flush|>"))
-			has_flush = true;
-		else if (tok_is(t, id, "<|end|>"))
-			end_id = id;
-		else if (tok_is(t, id, "<|tool_response>"))
-			has_tool_response = true;
-		else if (tok_is(t, id, "</s>"))
-			s_id = id;
-	}
+#define EOG_ID(name) (named(t, name) >= 0 && t->eog[named(t, name)] ? named(t, name) : -1)
+	has_return = EOG_ID("<|return|>") >= 0;
+	has_call = EOG_ID("<|call|>") >= 0 || EOG_ID("<|calls|>") >= 0;
+	has_flush = EOG_ID("<|flush|>") >= 0;
+	has_tool_response = EOG_ID("<|tool_response>") >= 0;
+	end_id = EOG_ID("<|end|>");
+	s_id = EOG_ID("</s>");
+#undef EOG_ID
 	if (end_id >= 0 && ((has_return && has_call) || (has_call && has_flush)))
 	{
 		t->eog[end_id] = 0;
