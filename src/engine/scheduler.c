@@ -10,7 +10,9 @@
  *  2. queued requests are admitted in queue order while the pool has the
  *     blocks their whole known token list (+1 for the first decode) needs,
  *     beyond what the prefills already running still need; the first one
- *     that does not fit stops admission (no overtaking inside the queue);
+ *     that does not fit stops admission (no overtaking inside the queue),
+ *     unless preempting running requests of a lower class (larger priority
+ *     number) makes room for it;
  *  3. one opus_forward batch is built: a decode token for every generating
  *     sequence first, then prefill chunks of the others, in admission order,
  *     up to max_batch_tokens (so a long prompt is spread over several steps
@@ -838,19 +840,61 @@ sched_admit(struct opus_sched *s)
 	s->run[s->n_run++] = r;
 }
 
+/*
+ * Blocks preempting every running request of a lower class than prio would
+ * give back (what they hold plus what was promised to them), and whether
+ * there is any.
+ */
+static int64_t
+lower_class_blocks(const struct opus_sched *s, int32_t prio, bool *any)
+{
+	int64_t		n = 0;
+
+	*any = false;
+	for (int i = 0; i < s->n_run; i++)
+	{
+		const struct sched_req *r = s->run[i];
+		int64_t		want = blocks_for(s, r->n_tokens);
+
+		if (r->priority <= prio)
+			continue;
+		*any = true;
+		n += want > r->seq.n_blocks ? want : r->seq.n_blocks;
+	}
+	return n;
+}
+
+static bool preempt_one(struct opus_sched *s);
+
+/*
+ * Admit from the head of the queue while the pool allows.  A head that does
+ * not fit may preempt running requests of lower classes (larger priority
+ * numbers) when that makes room; otherwise it waits, and so does everyone
+ * behind it.  The queue must have room for every running request.
+ */
 static void
 admit(struct opus_sched *s)
 {
 	int64_t		avail = opus_ctx_free_blocks(s->ctx) - blocks_promised(s);
 
-	while (s->n_queue > 0 && s->n_run < s->max_batch)
+	while (s->n_queue > 0)
 	{
-		int64_t		need = admit_need(s, s->queue[0]);
+		struct sched_req *h = s->queue[0];
+		int64_t		need = admit_need(s, h);
+		bool		any;
 
-		if (need > avail)
+		if (need <= avail && s->n_run < s->max_batch)
+		{
+			avail -= need;
+			sched_admit(s);
+			continue;
+		}
+		if (lower_class_blocks(s, h->priority, &any) + avail < need || !any)
 			break;
-		avail -= need;
-		sched_admit(s);
+		/* the victim (lowest class, latest admitted) is of a lower class */
+		if (!preempt_one(s))
+			break;
+		avail = opus_ctx_free_blocks(s->ctx) - blocks_promised(s);
 	}
 }
 
@@ -970,13 +1014,13 @@ opus_sched_step(struct opus_sched *s, struct opus_error *err)
 				n_decode = 0;
 
 	handle_cancels(s);
+	/* the queue must be able to take back any running request */
+	if (!grow_ptrs(&s->queue, &s->cap_queue, s->n_queue + s->n_run + 1))
+		return opus_error_set(err, OPUS_ERR_NOMEM, "out of memory in the scheduler");
 	admit(s);
 	s->stats.batch_size = 0;
 	if (s->n_run == 0)
 		return OPUS_OK;
-	/* the queue must be able to take back any running request */
-	if (!grow_ptrs(&s->queue, &s->cap_queue, s->n_queue + s->n_run + 1))
-		return opus_error_set(err, OPUS_ERR_NOMEM, "out of memory in the scheduler");
 
 	for (;;)
 	{

@@ -694,8 +694,55 @@ test_priority(void)
 		  (unsigned long long) col->done_order[2], (unsigned long long) col->done_order[3]);
 	check_clean(col, "priority");
 	opus_sched_free(s);
-	opus_ctx_free(c);
 	free(col);
+
+	/*
+	 * A priority-0 request arriving while a background one holds the only
+	 * block preempts it; the background one then finishes with the same
+	 * (seeded, sampled) text it produces alone.
+	 */
+	{
+		struct opus_gen_params bg = gen(8, 0.9f, 77, 2);
+		struct opus_gen_params fg = gen(4, 0.0f, 0, 0);
+		char		bg_alone[TEXT_CAP];
+		struct opus_sched_stats st;
+
+		bg.ignore_eos = true;
+		fg.ignore_eos = true;
+		for (int round = 0; round < 2; round++)
+		{
+			col = calloc(1, sizeof(*col));
+			CHECK(opus_sched_create(c, on_event, col, &s, &err) == OPUS_OK, "create");
+			CHECK(opus_sched_submit(s, 20, toks, nt, &bg, &err) == OPUS_OK, "submit bg");
+			if (round == 1)
+			{
+				for (int i = 0; i < 3; i++)
+					CHECK(opus_sched_step(s, &err) == OPUS_OK, "step");
+				CHECK(got_for(col, 20)->n_text > 0, "background started");
+				CHECK(opus_sched_submit(s, 21, toks, nt, &fg, &err) == OPUS_OK,
+					  "submit fg");
+			}
+			run_all(s, 200);
+			check_clean(col, "priority preemption");
+			if (round == 0)
+				strcpy(bg_alone, got_for(col, 20)->text);
+			else
+			{
+				opus_sched_get_stats(s, &st);
+				CHECK(col->n_done == 2 && col->done_order[0] == 21 &&
+					  col->done_order[1] == 20, "the urgent request went first");
+				CHECK(st.preemptions >= 1, "background request preempted");
+				CHECK(strcmp(got_for(col, 20)->text, bg_alone) == 0,
+					  "preempted background text '%s' vs alone '%s'",
+					  got_for(col, 20)->text, bg_alone);
+				CHECK(got_for(col, 20)->done.n_completion == 8, "background count");
+			}
+			opus_sched_free(s);
+			free(col);
+		}
+	}
+	CHECK(opus_ctx_free_blocks(c) == 1, "block back");
+	opus_ctx_free(c);
 }
 
 static void
