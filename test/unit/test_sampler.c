@@ -102,49 +102,79 @@ test_validation(void)
 		  "defaults are not the neutral OpenAI ones");
 
 	/* boundaries that are allowed */
-	p = d; p.temperature = 0.0f; expect_valid(p, "temperature 0");
-	p = d; p.temperature = 100.0f; expect_valid(p, "temperature 100");
-	p = d; p.top_p = 1.0f; expect_valid(p, "top_p 1");
-	p = d; p.top_p = 1e-6f; expect_valid(p, "top_p tiny");
-	p = d; p.min_p = 0.0f; expect_valid(p, "min_p 0");
-	p = d; p.min_p = 1.0f; expect_valid(p, "min_p 1");
-	p = d; p.top_k = 0; expect_valid(p, "top_k 0");
-	p = d; p.presence_penalty = -2.0f; p.frequency_penalty = 2.0f;
+	p = d;
+	p.temperature = 0.0f;
+	expect_valid(p, "temperature 0");
+	p = d;
+	p.temperature = 100.0f;
+	expect_valid(p, "temperature 100");
+	p = d;
+	p.top_p = 1.0f;
+	expect_valid(p, "top_p 1");
+	p = d;
+	p.top_p = 1e-6f;
+	expect_valid(p, "top_p tiny");
+	p = d;
+	p.min_p = 0.0f;
+	expect_valid(p, "min_p 0");
+	p = d;
+	p.min_p = 1.0f;
+	expect_valid(p, "min_p 1");
+	p = d;
+	p.top_k = 0;
+	expect_valid(p, "top_k 0");
+	p = d;
+	p.presence_penalty = -2.0f;
+	p.frequency_penalty = 2.0f;
 	expect_valid(p, "penalties at +-2");
-	p = d; p.repetition_penalty = 10.0f; expect_valid(p, "repetition 10");
-	p = d; p.repeat_last_n = -1; expect_valid(p, "repeat_last_n -1");
-	p = d; p.repeat_last_n = 0; expect_valid(p, "repeat_last_n 0");
+	p = d;
+	p.repetition_penalty = 10.0f;
+	expect_valid(p, "repetition 10");
+	p = d;
+	p.repeat_last_n = -1;
+	expect_valid(p, "repeat_last_n -1");
+	p = d;
+	p.repeat_last_n = 0;
+	expect_valid(p, "repeat_last_n 0");
 
 	for (size_t i = 0; i < sizeof(bad_temp) / sizeof(bad_temp[0]); i++)
 	{
-		p = d; p.temperature = bad_temp[i];
+		p = d;
+		p.temperature = bad_temp[i];
 		expect_invalid(p, "temperature", "out of range");
 	}
 	for (size_t i = 0; i < sizeof(bad_top_p) / sizeof(bad_top_p[0]); i++)
 	{
-		p = d; p.top_p = bad_top_p[i];
+		p = d;
+		p.top_p = bad_top_p[i];
 		expect_invalid(p, "top_p", "out of range");
 	}
 	for (size_t i = 0; i < sizeof(bad_min_p) / sizeof(bad_min_p[0]); i++)
 	{
-		p = d; p.min_p = bad_min_p[i];
+		p = d;
+		p.min_p = bad_min_p[i];
 		expect_invalid(p, "min_p", "out of range");
 	}
-	p = d; p.top_k = -1;
+	p = d;
+	p.top_k = -1;
 	expect_invalid(p, "top_k", "negative");
 	for (size_t i = 0; i < sizeof(bad_pen) / sizeof(bad_pen[0]); i++)
 	{
-		p = d; p.presence_penalty = bad_pen[i];
+		p = d;
+		p.presence_penalty = bad_pen[i];
 		expect_invalid(p, "presence_penalty", "out of range");
-		p = d; p.frequency_penalty = bad_pen[i];
+		p = d;
+		p.frequency_penalty = bad_pen[i];
 		expect_invalid(p, "frequency_penalty", "out of range");
 	}
 	for (size_t i = 0; i < sizeof(bad_rep) / sizeof(bad_rep[0]); i++)
 	{
-		p = d; p.repetition_penalty = bad_rep[i];
+		p = d;
+		p.repetition_penalty = bad_rep[i];
 		expect_invalid(p, "repetition_penalty", "out of range");
 	}
-	p = d; p.repeat_last_n = -2;
+	p = d;
+	p.repeat_last_n = -2;
 	expect_invalid(p, "repeat_last_n", "below -1");
 
 	CHECK(opus_sampler_create(&d, 0, &s, NULL) == OPUS_ERR_INVALID_ARG &&
