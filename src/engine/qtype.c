@@ -8,6 +8,7 @@
 #include "qtype.h"
 
 #include <ctype.h>
+#include <cpuid.h>
 #include <pthread.h>
 #include <string.h>
 
@@ -90,6 +91,33 @@ opus_qtype_row_size(enum opus_qtype t, int64_t n, size_t *out)
 }
 
 static const char *cpu_variant = "ref";
+
+/*
+ * True if the CPU and the OS support AVX2, FMA and F16C.  Uses cpuid
+ * directly (clang's __builtin_cpu_supports does not know "f16c"), and checks
+ * with xgetbv that the OS saves the YMM registers.
+ */
+static bool
+cpu_has_avx2_fma_f16c(void)
+{
+	unsigned int a,
+				b,
+				c,
+				d;
+	unsigned int xlo,
+				xhi;
+
+	if (!__get_cpuid(1, &a, &b, &c, &d))
+		return false;
+	if (!(c & bit_OSXSAVE) || !(c & bit_AVX) || !(c & bit_FMA) || !(c & bit_F16C))
+		return false;
+	__asm__ volatile ("xgetbv" : "=a"(xlo), "=d"(xhi) : "c"(0));
+	if ((xlo & 0x6) != 0x6)
+		return false;
+	if (!__get_cpuid_count(7, 0, &a, &b, &c, &d))
+		return false;
+	return (b & bit_AVX2) != 0;
+}
 static pthread_mutex_t init_lock = PTHREAD_MUTEX_INITIALIZER;
 
 void
@@ -98,11 +126,7 @@ opus_qtype_init_cpu(bool force_ref)
 	bool		use_avx2;
 
 	pthread_mutex_lock(&init_lock);
-	__builtin_cpu_init();
-	use_avx2 = !force_ref &&
-		__builtin_cpu_supports("avx2") &&
-		__builtin_cpu_supports("fma") &&
-		__builtin_cpu_supports("f16c");
+	use_avx2 = !force_ref && cpu_has_avx2_fma_f16c();
 	opus_quant_register_ref(qtypes);
 	if (use_avx2)
 		opus_quant_register_avx2(qtypes);
