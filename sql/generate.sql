@@ -1,26 +1,35 @@
 -- generate: greedy completions of fixed prompts, seeds, stop strings, and
--- the OpenAI-shaped jsonb variant.
-SELECT opus_generate('The capital of France is', max_tokens => 16, temperature => 0);
-SELECT opus_generate('def fibonacci(n):', max_tokens => 16, temperature => 0);
-SELECT opus_generate('Once upon a time', max_tokens => 16, temperature => 0);
+-- the OpenAI-shaped jsonb variant.  The prompts are ones whose greedy
+-- continuation llama.cpp picks with a clear margin at every step (see
+-- test/golden/logits/greedy.txt), so the text is the oracle's too.
+SELECT opus_generate('In mathematics, a prime number is', max_tokens => 16, temperature => 0);
+SELECT opus_generate('1, 2, 3, 4, 5, 6, 7,', max_tokens => 16, temperature => 0);
+SELECT opus_generate(E'Question: What is the boiling point of water at sea level?\nAnswer:',
+                     max_tokens => 8, temperature => 0);
+SELECT opus_generate('The capital of France is', max_tokens => 3, temperature => 0);
 
 -- Greedy is deterministic; so is sampling with a fixed seed.
 SELECT opus_generate('Once upon a time', max_tokens => 16, temperature => 0)
      = opus_generate('Once upon a time', max_tokens => 16, temperature => 0) AS greedy_repeats;
 SELECT opus_generate('Once upon a time', max_tokens => 16, temperature => 0.8, seed => 42)
      = opus_generate('Once upon a time', max_tokens => 16, temperature => 0.8, seed => 42) AS seeded_repeats;
-SELECT opus_generate('Once upon a time', max_tokens => 16, temperature => 0.8, seed => 42, top_k => 40, top_p => 0.9, min_p => 0.05);
+SELECT opus_generate('Once upon a time', max_tokens => 16, temperature => 0.8, seed => 42,
+                     top_k => 40, top_p => 0.9, min_p => 0.05, repetition_penalty => 1.1,
+                     presence_penalty => 0.5, frequency_penalty => 0.5) <> '' AS all_options;
 
 -- Named and positional arguments agree; NULL options mean their defaults.
-SELECT opus_generate('The capital of France is', 16, 0)
-     = opus_generate('The capital of France is', max_tokens => 16, temperature => 0, top_p => NULL, stop => NULL) AS same;
+SELECT opus_generate('In mathematics, a prime number is', 8, 0)
+     = opus_generate('In mathematics, a prime number is', max_tokens => 8, temperature => 0,
+                     top_p => NULL, top_k => NULL, stop => NULL) AS same;
 
 -- A stop string ends the text before it.
-SELECT opus_generate('The capital of France is', max_tokens => 16, temperature => 0, stop => ARRAY['.']);
+SELECT opus_generate('1, 2, 3, 4, 5, 6, 7,', max_tokens => 16, temperature => 0, stop => ARRAY['11']);
+SELECT opus_generate('In mathematics, a prime number is', max_tokens => 16, temperature => 0,
+                     stop => ARRAY['zzz', 'than']);
 
 -- max_tokens NULL uses opus.default_max_tokens.
 SET opus.default_max_tokens = 4;
-SELECT (opus_completion('Once upon a time', temperature => 0)->'usage'->>'completion_tokens')::int <= 4 AS capped;
+SELECT (opus_completion('1, 2, 3, 4, 5, 6, 7,', temperature => 0)->'usage'->>'completion_tokens')::int AS completion_tokens;
 RESET opus.default_max_tokens;
 
 -- The jsonb shape (id, created and timings vary; compare the rest).
@@ -35,11 +44,13 @@ SELECT c->>'object' AS object,
        c->'usage'->'completion_tokens' AS completion_tokens,
        c->'usage'->'total_tokens' AS total_tokens,
        (c->'timings'->>'total_ms')::float8 >= (c->'timings'->>'engine_ms')::float8 AS timings_ok
-FROM opus_completion('The capital of France is', max_tokens => 16, temperature => 0) AS c;
+FROM opus_completion('In mathematics, a prime number is', max_tokens => 16, temperature => 0) AS c;
 
--- finish_reason "length" when max_tokens runs out.
-SELECT opus_completion('Once upon a time', max_tokens => 2, temperature => 0)->'choices'->0->>'finish_reason' AS finish_reason;
+-- finish_reason "stop" at a stop string, "length" when max_tokens runs out.
+SELECT opus_completion('1, 2, 3, 4, 5, 6, 7,', max_tokens => 16, temperature => 0,
+                       stop => ARRAY['10'])->'choices'->0->>'finish_reason' AS finish_reason;
+SELECT opus_completion('1, 2, 3, 4, 5, 6, 7,', max_tokens => 2, temperature => 0)->'choices'->0->>'finish_reason' AS finish_reason;
 
 -- Many rows, one call each.
-SELECT i, length(opus_generate('Count: ' || i, max_tokens => 4, temperature => 0)) > 0 AS nonempty
+SELECT i, opus_generate(i || ', ' || i + 1 || ', ' || i + 2 || ',', max_tokens => 2, temperature => 0) AS next
 FROM generate_series(1, 3) AS i;
