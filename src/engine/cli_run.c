@@ -12,8 +12,8 @@
  *           [--threads N] [--reps R]
  *           Prefill of a prompt of pseudo-random tokens in batches of up to
  *           512, then greedy decode, R times; prints the medians as
- *             prefill tokens=512 tok_s=...
- *             decode tokens=128 tok_s=...
+ *             prefill tokens=512 tok_s=... cpu_ms_per_tok=...
+ *             decode tokens=128 tok_s=... cpu_ms_per_tok=...
  *   logits  --model FILE (--tokens "1 2 3" | --prompt TEXT) [--top K]
  *           [--all] [--threads N] [--dump FILE]
  *           Runs the tokens as one sequence and prints, for the last (or
@@ -103,6 +103,16 @@ now_s(void)
 	struct timespec ts;
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* CPU seconds used by the whole process (all threads). */
+static double
+cpu_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
 	return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
@@ -456,7 +466,9 @@ opus_cli_bench(int argc, char **argv)
 	int32_t    *toks = NULL;
 	float	   *logits = NULL;
 	double	   *pp_rate = NULL,
-			   *tg_rate = NULL;
+			   *tg_rate = NULL,
+			   *pp_cpu = NULL,
+			   *tg_cpu = NULL;
 	int			n_vocab;
 	int			rc = 1;
 
@@ -510,7 +522,9 @@ opus_cli_bench(int argc, char **argv)
 	logits = malloc(sizeof(float) * n_vocab);
 	pp_rate = calloc(reps, sizeof(double));
 	tg_rate = calloc(reps, sizeof(double));
-	if (!toks || !logits || !pp_rate || !tg_rate)
+	pp_cpu = calloc(reps, sizeof(double));
+	tg_cpu = calloc(reps, sizeof(double));
+	if (!toks || !logits || !pp_rate || !tg_rate || !pp_cpu || !tg_cpu)
 	{
 		fprintf(stderr, "opus_engine bench: out of memory\n");
 		goto done;
@@ -537,13 +551,18 @@ opus_cli_bench(int argc, char **argv)
 	{
 		double		t0,
 					t1,
-					t2;
+					t2,
+					c0,
+					c1,
+					c2;
 		int32_t		next;
 
+		c0 = cpu_s();
 		t0 = now_s();
 		if (prefill(c, &seq, toks, n_pp, PREFILL_CHUNK, logits, &err) != OPUS_OK)
 			goto error;
 		t1 = now_s();
+		c1 = cpu_s();
 		next = argmax(logits, n_vocab);
 		for (int i = 0; i < n_tg; i++)
 		{
@@ -554,16 +573,21 @@ opus_cli_bench(int argc, char **argv)
 			next = argmax(logits, n_vocab);
 		}
 		t2 = now_s();
+		c2 = cpu_s();
 		pp_rate[r] = n_pp / (t1 - t0);
 		tg_rate[r] = n_tg > 0 ? n_tg / (t2 - t1) : 0.0;
+		pp_cpu[r] = (c1 - c0) * 1000.0 / n_pp;
+		tg_cpu[r] = n_tg > 0 ? (c2 - c1) * 1000.0 / n_tg : 0.0;
 		opus_seq_release(c, &seq);
 	}
 	qsort(pp_rate, reps, sizeof(double), cmp_double);
 	qsort(tg_rate, reps, sizeof(double), cmp_double);
+	qsort(pp_cpu, reps, sizeof(double), cmp_double);
+	qsort(tg_cpu, reps, sizeof(double), cmp_double);
 	printf("model %s type %s threads %d reps %d\n", opus_model_hparams(m)->name,
 		   opus_qtype_info(opus_model_hparams(m)->main_type)->name, n_threads, reps);
-	printf("prefill tokens=%d tok_s=%.2f\n", n_pp, pp_rate[reps / 2]);
-	printf("decode tokens=%d tok_s=%.2f\n", n_tg, tg_rate[reps / 2]);
+	printf("prefill tokens=%d tok_s=%.2f cpu_ms_per_tok=%.3f\n", n_pp, pp_rate[reps / 2], pp_cpu[reps / 2]);
+	printf("decode tokens=%d tok_s=%.2f cpu_ms_per_tok=%.3f\n", n_tg, tg_rate[reps / 2], tg_cpu[reps / 2]);
 	rc = 0;
 	goto done;
 
@@ -575,6 +599,8 @@ done:
 	free(logits);
 	free(pp_rate);
 	free(tg_rate);
+	free(pp_cpu);
+	free(tg_cpu);
 	opus_ctx_free(c);
 	opus_model_free(m);
 	return rc;

@@ -64,6 +64,8 @@ struct opus_fwd_state
 	float	   *up;				/* [n_batch][n_ff] */
 	uint8_t    *xq[MAX_SLOTS];	/* [n_batch][xq_stride] quantized activations */
 	size_t		xq_stride;		/* bytes of the widest quantized input row */
+	float	   *xs[MAX_SLOTS];	/* [n_batch][xs_stride] their block scales as f32 (tiled kernels) */
+	size_t		xs_stride;		/* 2 * blocks of the widest input row */
 	float	   *rope_cos;		/* [n_batch][rope_dim / 2] */
 	float	   *rope_sin;		/* [n_batch][rope_dim / 2] */
 	float	   *scores;			/* [n_threads][n_ctx] attention weights */
@@ -82,6 +84,12 @@ struct opus_fwd_state
 	int			n_tok;
 
 	/* kernels */
+	bool		tiled;			/* AVX2 tile kernels available */
+	opus_mm_tile_fn tile_q4_1[4][4];	/* [R-1][C-1] */
+	opus_mm_tile_fn tile_q8_0[4][4];
+	int			tile_r;			/* weight rows per tile call */
+	int			tile_c;			/* tokens per tile call (prefill) */
+	int			tile_rd;		/* weight rows per tile call (one token) */
 	opus_dot_f16_fn dot_f16;
 	opus_axpy_f16_fn axpy_f16;
 	opus_to_f16_fn to_f16;
@@ -194,13 +202,70 @@ assign_slots(struct mm_job *jobs, int n_jobs, enum opus_qtype *types)
 	return n_types;
 }
 
-/* Quantize row t (n floats at src) into every slot type. */
+/*
+ * Quantize row t (n floats at src) into every slot type; for the Q8_0/Q8_1
+ * activations of the tiled kernels also store the block scales as floats
+ * (d[nb], then s[nb] for Q8_1).
+ */
 static void
 quantize_row(struct opus_fwd_state *fs, const float *src, int64_t n, int t,
 			 const enum opus_qtype *types, int n_types)
 {
 	for (int s = 0; s < n_types; s++)
-		opus_qtype_info(types[s])->from_float(src, fs->xq[s] + (size_t) t * fs->xq_stride, n);
+	{
+		uint8_t    *dst = fs->xq[s] + (size_t) t * fs->xq_stride;
+		float	   *xs = fs->xs[s] + (size_t) t * fs->xs_stride;
+		int64_t		nb = n / 32;
+
+		opus_qtype_info(types[s])->from_float(src, dst, n);
+		if (!fs->tiled)
+			continue;
+		if (types[s] == OPUS_TYPE_Q8_1)
+		{
+			for (int64_t b = 0; b < nb; b++)
+			{
+				uint16_t	h[2];
+
+				memcpy(h, dst + b * 36, sizeof(h));
+				xs[b] = opus_fp16_to_fp32(h[0]);
+				xs[nb + b] = opus_fp16_to_fp32(h[1]);
+			}
+		}
+		else if (types[s] == OPUS_TYPE_Q8_0)
+		{
+			for (int64_t b = 0; b < nb; b++)
+			{
+				uint16_t	h;
+
+				memcpy(&h, dst + b * 34, sizeof(h));
+				xs[b] = opus_fp16_to_fp32(h);
+			}
+		}
+	}
+}
+
+/* The tile kernels for a weight type, or NULL. */
+static opus_mm_tile_fn (*tiles_for(struct opus_fwd_state *fs, enum opus_qtype t))[4]
+{
+	if (!fs->tiled)
+		return NULL;
+	if (t == OPUS_TYPE_Q4_1)
+		return fs->tile_q4_1;
+	if (t == OPUS_TYPE_Q8_0)
+		return fs->tile_q8_0;
+	return NULL;
+}
+
+/* Store one result: bias, then overwrite or accumulate. */
+static inline void
+mm_store(const struct mm_job *job, float *d, int64_t r, float val)
+{
+	if (job->bias)
+		val += job->bias[r];
+	if (job->accumulate)
+		d[r] += val;
+	else
+		d[r] = val;
 }
 
 /*
@@ -229,6 +294,7 @@ matmul(struct wctx *w, struct mm_job *jobs, int n_jobs, int n_tok)
 		const struct mm_job *job;
 		const struct opus_wmat *W;
 		opus_vec_dot_fn vec_dot;
+		opus_mm_tile_fn (*tiles)[4];
 		int64_t		r0,
 					r1;
 		int			t0,
@@ -247,22 +313,45 @@ matmul(struct wctx *w, struct mm_job *jobs, int n_jobs, int n_tok)
 		t0 = (int) (u % n_tt) * TOK_TILE;
 		t1 = t0 + TOK_TILE < n_tok ? t0 + TOK_TILE : n_tok;
 
+		tiles = tiles_for(fs, W->type);
+		if (tiles)
+		{
+			/* tokens in groups of C, rows in groups of R */
+			int			C = fs->tile_c;
+			int			R = n_tok == 1 ? fs->tile_rd : fs->tile_r;
+			int			nb = (int) (W->n_in / 32);
+			float		out[16];
+
+			for (int t = t0; t < t1; t += C)
+			{
+				int			cc = t1 - t < C ? t1 - t : C;
+
+				for (int64_t r = r0; r < r1; r += R)
+				{
+					int			rr = r1 - r < R ? (int) (r1 - r) : R;
+
+					tiles[rr - 1][cc - 1] (nb, W->data + (size_t) r * W->row_bytes, W->row_bytes,
+										   fs->xq[job->slot] + (size_t) t * fs->xq_stride, fs->xq_stride,
+										   fs->xs[job->slot] + (size_t) t * fs->xs_stride, fs->xs_stride,
+										   out);
+					for (int c = 0; c < cc; c++)
+					{
+						float	   *d = job->dst_rows ? job->dst_rows[t + c] : job->dst + (t + c) * job->ld;
+
+						for (int i = 0; i < rr; i++)
+							mm_store(job, d, r + i, out[c * rr + i]);
+					}
+				}
+			}
+			continue;
+		}
 		for (int t = t0; t < t1; t++)
 		{
 			const uint8_t *xrow = fs->xq[job->slot] + (size_t) t * fs->xq_stride;
 			float	   *d = job->dst_rows ? job->dst_rows[t] : job->dst + t * job->ld;
 
 			for (int64_t r = r0; r < r1; r++)
-			{
-				float		val = vec_dot(W->n_in, W->data + (size_t) r * W->row_bytes, xrow);
-
-				if (job->bias)
-					val += job->bias[r];
-				if (job->accumulate)
-					d[r] += val;
-				else
-					d[r] = val;
-			}
+				mm_store(job, d, r, vec_dot(W->n_in, W->data + (size_t) r * W->row_bytes, xrow));
 		}
 	}
 }
@@ -587,6 +676,7 @@ opus_fwd_state_create(struct opus_ctx *c, struct opus_error *err)
 	if (stride == SIZE_MAX || stride > ((size_t) 1 << 30) / B)
 		return opus_error_set(err, OPUS_ERR_NOMEM, "activation buffers too large");
 	fs->xq_stride = (stride + 63) / 64 * 64;
+	fs->xs_stride = 2 * (size_t) max_size(max_size(E, F), q_dim) / 32 + 16;
 
 #define ALLOC(ptr, n) \
 	do { \
@@ -605,7 +695,10 @@ opus_fwd_state_create(struct opus_ctx *c, struct opus_error *err)
 	ALLOC(fs->gate, B * F);
 	ALLOC(fs->up, B * F);
 	for (int s = 0; s < MAX_SLOTS; s++)
+	{
 		ALLOC(fs->xq[s], B * fs->xq_stride);
+		ALLOC(fs->xs[s], B * fs->xs_stride);
+	}
 	ALLOC(fs->rope_cos, B * (hp->rope_dim / 2 + 1));
 	ALLOC(fs->rope_sin, B * (hp->rope_dim / 2 + 1));
 	ALLOC(fs->scores, (size_t) c->params.n_threads * c->params.n_ctx);
@@ -620,6 +713,16 @@ opus_fwd_state_create(struct opus_ctx *c, struct opus_error *err)
 		fs->dot_f16 = opus_fwd_dot_f16_avx2;
 		fs->axpy_f16 = opus_fwd_axpy_f16_avx2;
 		fs->to_f16 = opus_fwd_to_f16_avx2;
+		fs->tiled = true;
+		for (int r = 0; r < 4; r++)
+			for (int k = 0; k < 4; k++)
+			{
+				fs->tile_q4_1[r][k] = opus_mm_tile_avx2(OPUS_TYPE_Q4_1, r + 1, k + 1, true);
+				fs->tile_q8_0[r][k] = opus_mm_tile_avx2(OPUS_TYPE_Q8_0, r + 1, k + 1, true);
+			}
+		fs->tile_r = getenv("OPUS_TILE_R") ? atoi(getenv("OPUS_TILE_R")) : 1;
+		fs->tile_c = getenv("OPUS_TILE_C") ? atoi(getenv("OPUS_TILE_C")) : 4;
+		fs->tile_rd = getenv("OPUS_TILE_RD") ? atoi(getenv("OPUS_TILE_RD")) : 1;
 	}
 	else
 	{
@@ -647,7 +750,10 @@ opus_fwd_state_free(struct opus_fwd_state *fs)
 	free(fs->gate);
 	free(fs->up);
 	for (int s = 0; s < MAX_SLOTS; s++)
+	{
 		free(fs->xq[s]);
+		free(fs->xs[s]);
+	}
 	free(fs->rope_cos);
 	free(fs->rope_sin);
 	free(fs->scores);
