@@ -41,6 +41,7 @@
 
 #define ROW_TILE 16				/* weight rows per work unit (prefill) */
 #define ROW_TILE_DECODE 32		/* weight rows per work unit (few tokens) */
+#define ROW_TILE_MAX 32
 #define TOK_TILE 64				/* tokens per work unit */
 #define MAX_SLOTS 3				/* activation buffers: distinct vec_dot types per matmul group */
 
@@ -64,8 +65,9 @@ struct opus_fwd_state
 	float	   *up;				/* [n_batch][n_ff] */
 	uint8_t    *xq[MAX_SLOTS];	/* [n_batch][xq_stride] quantized activations */
 	size_t		xq_stride;		/* bytes of the widest quantized input row */
-	float	   *xs[MAX_SLOTS];	/* [n_batch][xs_stride] their block scales as f32 (tiled kernels) */
-	size_t		xs_stride;		/* 2 * blocks of the widest input row */
+	float	   *xs[MAX_SLOTS];	/* [n_batch / 8][xs_stride] their block scales as f32,
+								 * transposed per group of 8 tokens (tiled kernels) */
+	size_t		xs_stride;		/* floats per group: 2 * 8 * blocks of the widest row */
 	float	   *rope_cos;		/* [n_batch][rope_dim / 2] */
 	float	   *rope_sin;		/* [n_batch][rope_dim / 2] */
 	float	   *scores;			/* [n_threads][n_ctx] attention weights */
@@ -85,11 +87,8 @@ struct opus_fwd_state
 
 	/* kernels */
 	bool		tiled;			/* AVX2 tile kernels available */
-	opus_mm_tile_fn tile_q4_1[4][4];	/* [R-1][C-1] */
-	opus_mm_tile_fn tile_q8_0[4][4];
-	int			tile_r;			/* weight rows per tile call */
-	int			tile_c;			/* tokens per tile call (prefill) */
-	int			tile_rd;		/* weight rows per tile call (one token) */
+	opus_mm_rows_fn tile_q4_1[8];	/* [C-1] */
+	opus_mm_rows_fn tile_q8_0[8];
 	opus_dot_f16_fn dot_f16;
 	opus_axpy_f16_fn axpy_f16;
 	opus_to_f16_fn to_f16;
@@ -214,7 +213,7 @@ quantize_row(struct opus_fwd_state *fs, const float *src, int64_t n, int t,
 	for (int s = 0; s < n_types; s++)
 	{
 		uint8_t    *dst = fs->xq[s] + (size_t) t * fs->xq_stride;
-		float	   *xs = fs->xs[s] + (size_t) t * fs->xs_stride;
+		float	   *xs = fs->xs[s] + (size_t) (t / 8) * fs->xs_stride + t % 8;
 		int64_t		nb = n / 32;
 
 		opus_qtype_info(types[s])->from_float(src, dst, n);
@@ -227,8 +226,8 @@ quantize_row(struct opus_fwd_state *fs, const float *src, int64_t n, int t,
 				uint16_t	h[2];
 
 				memcpy(h, dst + b * 36, sizeof(h));
-				xs[b] = opus_fp16_to_fp32(h[0]);
-				xs[nb + b] = opus_fp16_to_fp32(h[1]);
+				xs[b * 8] = opus_fp16_to_fp32(h[0]);
+				xs[(nb + b) * 8] = opus_fp16_to_fp32(h[1]);
 			}
 		}
 		else if (types[s] == OPUS_TYPE_Q8_0)
@@ -238,14 +237,15 @@ quantize_row(struct opus_fwd_state *fs, const float *src, int64_t n, int t,
 				uint16_t	h;
 
 				memcpy(&h, dst + b * 34, sizeof(h));
-				xs[b] = opus_fp16_to_fp32(h);
+				xs[b * 8] = opus_fp16_to_fp32(h);
 			}
 		}
 	}
 }
 
-/* The tile kernels for a weight type, or NULL. */
-static opus_mm_tile_fn (*tiles_for(struct opus_fwd_state *fs, enum opus_qtype t))[4]
+/* The tile kernels for a weight type ([C-1]), or NULL. */
+static opus_mm_rows_fn *
+tiles_for(struct opus_fwd_state *fs, enum opus_qtype t)
 {
 	if (!fs->tiled)
 		return NULL;
@@ -294,7 +294,7 @@ matmul(struct wctx *w, struct mm_job *jobs, int n_jobs, int n_tok)
 		const struct mm_job *job;
 		const struct opus_wmat *W;
 		opus_vec_dot_fn vec_dot;
-		opus_mm_tile_fn (*tiles)[4];
+		opus_mm_rows_fn *tiles;
 		int64_t		r0,
 					r1;
 		int			t0,
@@ -316,31 +316,24 @@ matmul(struct wctx *w, struct mm_job *jobs, int n_jobs, int n_tok)
 		tiles = tiles_for(fs, W->type);
 		if (tiles)
 		{
-			/* tokens in groups of C, rows in groups of R */
-			int			C = fs->tile_c;
-			int			R = n_tok == 1 ? fs->tile_rd : fs->tile_r;
+			/* groups of 8 tokens (t0 is a multiple of 8) against all rows */
 			int			nb = (int) (W->n_in / 32);
-			float		out[16];
+			float		out[ROW_TILE_MAX * 8];
 
-			for (int t = t0; t < t1; t += C)
+			for (int t = t0; t < t1; t += 8)
 			{
-				int			cc = t1 - t < C ? t1 - t : C;
+				int			cc = t1 - t < 8 ? t1 - t : 8;
 
-				for (int64_t r = r0; r < r1; r += R)
+				tiles[cc - 1] (nb, (int) (r1 - r0), W->data + (size_t) r0 * W->row_bytes,
+							   W->row_bytes, fs->xq[job->slot] + (size_t) t * fs->xq_stride,
+							   fs->xq_stride, fs->xs[job->slot] + (size_t) (t / 8) * fs->xs_stride,
+							   out);
+				for (int c = 0; c < cc; c++)
 				{
-					int			rr = r1 - r < R ? (int) (r1 - r) : R;
+					float	   *d = job->dst_rows ? job->dst_rows[t + c] : job->dst + (t + c) * job->ld;
 
-					tiles[rr - 1][cc - 1] (nb, W->data + (size_t) r * W->row_bytes, W->row_bytes,
-										   fs->xq[job->slot] + (size_t) t * fs->xq_stride, fs->xq_stride,
-										   fs->xs[job->slot] + (size_t) t * fs->xs_stride, fs->xs_stride,
-										   out);
-					for (int c = 0; c < cc; c++)
-					{
-						float	   *d = job->dst_rows ? job->dst_rows[t + c] : job->dst + (t + c) * job->ld;
-
-						for (int i = 0; i < rr; i++)
-							mm_store(job, d, r + i, out[c * rr + i]);
-					}
+					for (int64_t r = r0; r < r1; r++)
+						mm_store(job, d, r, out[(r - r0) * 8 + c]);
 				}
 			}
 			continue;
@@ -676,7 +669,7 @@ opus_fwd_state_create(struct opus_ctx *c, struct opus_error *err)
 	if (stride == SIZE_MAX || stride > ((size_t) 1 << 30) / B)
 		return opus_error_set(err, OPUS_ERR_NOMEM, "activation buffers too large");
 	fs->xq_stride = (stride + 63) / 64 * 64;
-	fs->xs_stride = 2 * (size_t) max_size(max_size(E, F), q_dim) / 32 + 16;
+	fs->xs_stride = 2 * 8 * (max_size(max_size(E, F), q_dim) / 32 + 1);
 
 #define ALLOC(ptr, n) \
 	do { \
@@ -697,7 +690,9 @@ opus_fwd_state_create(struct opus_ctx *c, struct opus_error *err)
 	for (int s = 0; s < MAX_SLOTS; s++)
 	{
 		ALLOC(fs->xq[s], B * fs->xq_stride);
-		ALLOC(fs->xs[s], B * fs->xs_stride);
+		ALLOC(fs->xs[s], (B + 7) / 8 * fs->xs_stride);
+		if (fs->xs[s])
+			memset(fs->xs[s], 0, (B + 7) / 8 * fs->xs_stride * sizeof(float));
 	}
 	ALLOC(fs->rope_cos, B * (hp->rope_dim / 2 + 1));
 	ALLOC(fs->rope_sin, B * (hp->rope_dim / 2 + 1));
@@ -714,15 +709,11 @@ opus_fwd_state_create(struct opus_ctx *c, struct opus_error *err)
 		fs->axpy_f16 = opus_fwd_axpy_f16_avx2;
 		fs->to_f16 = opus_fwd_to_f16_avx2;
 		fs->tiled = true;
-		for (int r = 0; r < 4; r++)
-			for (int k = 0; k < 4; k++)
-			{
-				fs->tile_q4_1[r][k] = opus_mm_tile_avx2(OPUS_TYPE_Q4_1, r + 1, k + 1, true);
-				fs->tile_q8_0[r][k] = opus_mm_tile_avx2(OPUS_TYPE_Q8_0, r + 1, k + 1, true);
-			}
-		fs->tile_r = getenv("OPUS_TILE_R") ? atoi(getenv("OPUS_TILE_R")) : 1;
-		fs->tile_c = getenv("OPUS_TILE_C") ? atoi(getenv("OPUS_TILE_C")) : 4;
-		fs->tile_rd = getenv("OPUS_TILE_RD") ? atoi(getenv("OPUS_TILE_RD")) : 1;
+		for (int k = 0; k < 8; k++)
+		{
+			fs->tile_q4_1[k] = opus_mm_rows_avx2(OPUS_TYPE_Q4_1, k + 1, true);
+			fs->tile_q8_0[k] = opus_mm_rows_avx2(OPUS_TYPE_Q8_0, k + 1, true);
+		}
 	}
 	else
 	{

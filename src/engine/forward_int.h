@@ -25,22 +25,23 @@ void		opus_fwd_axpy_f16_avx2(float *y, float s, const uint16_t *x, int n);
 void		opus_fwd_to_f16_avx2(uint16_t *dst, const float *src, int n);
 
 /*
- * Tiled matmul kernel (matmul_avx2.c): out[c * R + r] = dot(weight row r,
- * activation row c) for the R and C it was made for.  w: first weight row,
- * w_stride bytes apart; x: first quantized activation row, x_stride bytes
- * apart; xs: each activation row's block scales as floats (d[nb], then for
- * Q8_1 s[nb]), xs_stride floats apart; nb blocks per row.
+ * Tiled matmul kernel (matmul_avx2.c), made for a group of C tokens (1..8):
+ * out[r * 8 + c] = dot(weight row r, activation row c) for r < n_rows.
+ * w: first weight row, w_stride bytes apart; x: the group's first quantized
+ * activation row, x_stride bytes apart; xs: the group's block scales as
+ * floats, transposed: xs[b * 8 + c] = d of block b of token c, and for Q8_1
+ * xs[(nb + b) * 8 + c] = s; nb blocks per row.  A token's results do not
+ * depend on C.
  */
-typedef void (*opus_mm_tile_fn) (int nb, const uint8_t *w, size_t w_stride,
-								 const uint8_t *x, size_t x_stride,
-								 const float *xs, size_t xs_stride, float *out);
+typedef void (*opus_mm_rows_fn) (int nb, int n_rows, const uint8_t *w,
+								 size_t w_stride, const uint8_t *x,
+								 size_t x_stride, const float *xs, float *out);
 
 /*
- * The R x C (1..4 each) kernel for a weight type, or NULL if the type has no
- * tiled kernel.  allow_vnni: use AVX-VNNI if the CPU has it (same results).
- * Only call when the CPU has AVX2+FMA+F16C.
+ * The C-token kernel for a weight type, or NULL if the type has none.
+ * allow_vnni: use AVX-VNNI if the CPU has it (same results).  Only call
+ * when the CPU has AVX2+FMA+F16C.
  */
-opus_mm_tile_fn opus_mm_tile_avx2(enum opus_qtype wtype, int R, int C,
-								  bool allow_vnni);
+opus_mm_rows_fn opus_mm_rows_avx2(enum opus_qtype wtype, int C, bool allow_vnni);
 
 #endif							/* OPUS_FORWARD_INT_H */

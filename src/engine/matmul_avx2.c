@@ -2,9 +2,9 @@
  * matmul_avx2.c - tiled matrix-multiplication kernels for the forward pass:
  * R weight rows (1..4) times C activation rows (1..4) per call, for the
  * weight types that dominate common models (Q4_1 with Q8_1 activations,
- * Q8_0 with Q8_0).  A tile shares each unpacked weight block among C tokens
- * and each activation block among R rows, which is where batched prefill
- * gets its speed; decode uses R x 1 tiles.
+ * Q8_0 with Q8_0).  A kernel runs a range of weight rows against a group of
+ * up to 8 tokens, sharing each unpacked weight block among the tokens, which
+ * is where batched prefill gets its speed; decode uses the 1-token kernel.
  *
  * Two variants come from one template (matmul_tile.h): plain AVX2 (integer
  * block sums with maddubs + madd) and AVX-VNNI (vpdpbusd).  Both compute the
@@ -77,23 +77,19 @@ cpu_has_avxvnni(void)
 	return (a >> 4) & 1;
 }
 
-opus_mm_tile_fn
-opus_mm_tile_avx2(enum opus_qtype wtype, int R, int C, bool allow_vnni)
+opus_mm_rows_fn
+opus_mm_rows_avx2(enum opus_qtype wtype, int C, bool allow_vnni)
 {
-	static int	vnni = -1;
-	bool		use_vnni;
+	bool		use_vnni = allow_vnni && cpu_has_avxvnni();
 
-	if (R < 1 || R > 4 || C < 1 || C > 4)
+	if (C < 1 || C > 8)
 		return NULL;
-	if (vnni < 0)
-		vnni = cpu_has_avxvnni();
-	use_vnni = allow_vnni && vnni;
 	switch (wtype)
 	{
 		case OPUS_TYPE_Q4_1:
-			return use_vnni ? q4_1_table_vnni[R - 1][C - 1] : q4_1_table_avx2[R - 1][C - 1];
+			return use_vnni ? q4_1_table_vnni[C - 1] : q4_1_table_avx2[C - 1];
 		case OPUS_TYPE_Q8_0:
-			return use_vnni ? q8_0_table_vnni[R - 1][C - 1] : q8_0_table_avx2[R - 1][C - 1];
+			return use_vnni ? q8_0_table_vnni[C - 1] : q8_0_table_avx2[C - 1];
 		default:
 			return NULL;
 	}

@@ -1,162 +1,184 @@
 /*
  * matmul_tile.h - the body of the tiled quantized matmul kernels, included
- * by matmul_avx2.c once per instruction-set variant (a C "template").
+ * by matmul_avx2.c once per instruction-set variant (a C "template"; no
+ * include guard on purpose).
  *
  * The includer defines:
  *   MM_NAME(x)      the variant's name for x (e.g. x##_avx2)
  *   MM_DOT(w, x)    8 int32 lanes of sums of u8 w times s8 x products
  *
- * A tile kernel computes out[c * R + r] = dot(weight row r, activation row c)
- * for R weight rows and C activation rows.  The arithmetic for one output is
- * the same whatever R and C are (per block, in block order: the exact
- * integer block sum, converted to float, times the rounded product of the
- * two block scales, fused-added into one 8-lane accumulator; the Q4_1 "min"
- * term accumulated separately with scalar FMAs; then a fixed horizontal sum),
- * so a token's result never depends on how rows and tokens were tiled.
+ * A kernel made for C tokens (1..8) computes, for n_rows weight rows and the
+ * C activation rows of one token group, out[r * 8 + c] = dot(row r, token c).
+ * Each unpacked weight block is shared by the C tokens.  Activation block
+ * scales come pre-converted and transposed per group of 8 tokens:
+ * xs[b * 8 + c] = d of block b of token c, and for Q8_1 xs[(nb + b) * 8 + c]
+ * = its s.
+ *
+ * The arithmetic for one output is the same whatever C is, so a token's
+ * result never depends on how tokens were grouped: per block, in order, the
+ * exact integer block sum converted to float, times (weight d * activation
+ * d) rounded to float, fused-added into one 8-lane accumulator; the Q4_1
+ * min term fused-added separately (m * s per block, in order); at the end
+ * the accumulator's lanes reduced as ((a0+a1)+(a2+a3))+((a4+a5)+(a6+a7)),
+ * then the min term added.
  */
 
-/* Q4_1 weights x Q8_1 activations; xs holds each activation row's block d[] then s[]. */
+/*
+ * Reduce C accumulators to one vector (lane c = canonical sum of acc[c]);
+ * lanes >= C are garbage.
+ */
+static inline __attribute__((always_inline)) __m256
+MM_NAME(reduce) (const int C, const __m256 *acc)
+{
+	__m256		a[8];
+	__m256		h01,
+				h23,
+				h45,
+				h67,
+				lo,
+				hi;
+
+	if (C == 1)
+	{
+		/* same additions as below for lane 0 */
+		__m256		h = _mm256_hadd_ps(acc[0], acc[0]);
+
+		h = _mm256_hadd_ps(h, h);
+		return _mm256_castps128_ps256(_mm_add_ps(_mm256_castps256_ps128(h),
+												 _mm256_extractf128_ps(h, 1)));
+	}
+	_Pragma("GCC unroll 8")
+	for (int c = 0; c < 8; c++)
+		a[c] = c < C ? acc[c] : _mm256_setzero_ps();
+	h01 = _mm256_hadd_ps(a[0], a[1]);
+	h23 = _mm256_hadd_ps(a[2], a[3]);
+	h45 = _mm256_hadd_ps(a[4], a[5]);
+	h67 = _mm256_hadd_ps(a[6], a[7]);
+	lo = _mm256_hadd_ps(h01, h23);	/* lanes 0-3: low halves of acc 0-3, 4-7: high halves */
+	hi = _mm256_hadd_ps(h45, h67);
+	return _mm256_add_ps(_mm256_permute2f128_ps(lo, hi, 0x20),
+						 _mm256_permute2f128_ps(lo, hi, 0x31));
+}
+
+/* Store lanes 0..C-1 of v to out. */
 static inline __attribute__((always_inline)) void
-MM_NAME(q4_1_tile) (const int R, const int C, int nb,
+MM_NAME(store) (const int C, float *out, __m256 v)
+{
+	if (C == 8)
+		_mm256_storeu_ps(out, v);
+	else
+	{
+		float		tmp[8];
+
+		_mm256_storeu_ps(tmp, v);
+		_Pragma("GCC unroll 8")
+		for (int c = 0; c < C; c++)
+			out[c] = tmp[c];
+	}
+}
+
+/* Q4_1 weights x Q8_1 activations. */
+static inline __attribute__((always_inline)) void
+MM_NAME(q4_1_rows) (const int C, int nb, int n_rows,
 					const uint8_t *w, size_t w_stride,
 					const uint8_t *x, size_t x_stride,
-					const float *xs, size_t xs_stride, float *out)
+					const float *xs, float *out)
 {
-	__m256		acc[4][4];
-	float		ms[4][4];
 	const __m256i lowmask = _mm256_set1_epi8(0x0F);
 
-	_Pragma("GCC unroll 4")
-	for (int r = 0; r < R; r++)
-		_Pragma("GCC unroll 4")
-		for (int c = 0; c < C; c++)
-		{
-			acc[r][c] = _mm256_setzero_ps();
-			ms[r][c] = 0.0f;
-		}
-	for (int b = 0; b < nb; b++)
+	for (int r = 0; r < n_rows; r++)
 	{
-		__m256i		wq[4];
-		float		dw[4],
-					mw[4];
+		const opus_block_q4_1 *wr = (const opus_block_q4_1 *) (w + (size_t) r * w_stride);
+		__m256		acc[8];
+		__m256		ms = _mm256_setzero_ps();
 
-		_Pragma("GCC unroll 4")
-		for (int r = 0; r < R; r++)
+		_Pragma("GCC unroll 8")
+		for (int c = 0; c < C; c++)
+			acc[c] = _mm256_setzero_ps();
+		for (int b = 0; b < nb; b++)
 		{
-			const opus_block_q4_1 *blk = (const opus_block_q4_1 *) (w + r * w_stride) + b;
-			__m128i		q = _mm_loadu_si128((const __m128i *) blk->qs);
+			__m128i		q = _mm_loadu_si128((const __m128i *) wr[b].qs);
+			__m256i		wq = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), lowmask);
 			uint32_t	dm_bits;
 			__m128		dm;
+			__m256		dw,
+						mw;
 
-			wq[r] = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), lowmask);
-			memcpy(&dm_bits, &blk->d, sizeof(dm_bits));	/* d and m are adjacent */
+			memcpy(&dm_bits, &wr[b].d, sizeof(dm_bits));	/* d and m are adjacent */
 			dm = _mm_cvtph_ps(_mm_cvtsi32_si128((int) dm_bits));
-			dw[r] = _mm_cvtss_f32(dm);
-			mw[r] = _mm_cvtss_f32(_mm_movehdup_ps(dm));
-		}
-		_Pragma("GCC unroll 4")
-		for (int c = 0; c < C; c++)
-		{
-			const opus_block_q8_1 *xb = (const opus_block_q8_1 *) (x + c * x_stride) + b;
-			__m256i		xv = _mm256_loadu_si256((const __m256i *) xb->qs);
-			float		dx = xs[c * xs_stride + b];
-			float		sx = xs[c * xs_stride + nb + b];
-
-			_Pragma("GCC unroll 4")
-			for (int r = 0; r < R; r++)
+			dw = _mm256_broadcastss_ps(dm);
+			mw = _mm256_broadcastss_ps(_mm_movehdup_ps(dm));
+			ms = _mm256_fmadd_ps(mw, _mm256_loadu_ps(xs + (size_t) (nb + b) * 8), ms);
+			_Pragma("GCC unroll 8")
+			for (int c = 0; c < C; c++)
 			{
-				__m256		p = _mm256_cvtepi32_ps(MM_DOT(wq[r], xv));
+				const opus_block_q8_1 *xb = (const opus_block_q8_1 *) (x + c * x_stride) + b;
+				__m256		p = _mm256_cvtepi32_ps(MM_DOT(wq, _mm256_loadu_si256((const __m256i *) xb->qs)));
+				__m256		scale = _mm256_mul_ps(dw, _mm256_broadcast_ss(xs + (size_t) b * 8 + c));
 
-				acc[r][c] = _mm256_fmadd_ps(_mm256_set1_ps(dw[r] * dx), p, acc[r][c]);
-				ms[r][c] = fmaf(mw[r], sx, ms[r][c]);
+				acc[c] = _mm256_fmadd_ps(scale, p, acc[c]);
 			}
 		}
+		MM_NAME(store) (C, out + (size_t) r * 8, _mm256_add_ps(MM_NAME(reduce) (C, acc), ms));
 	}
-	_Pragma("GCC unroll 4")
-	for (int r = 0; r < R; r++)
-		_Pragma("GCC unroll 4")
-		for (int c = 0; c < C; c++)
-			out[c * R + r] = mm_hsum(acc[r][c]) + ms[r][c];
 }
 
-/* Q8_0 weights x Q8_0 activations; xs holds each activation row's block d[]. */
+/* Q8_0 weights x Q8_0 activations. */
 static inline __attribute__((always_inline)) void
-MM_NAME(q8_0_tile) (const int R, const int C, int nb,
+MM_NAME(q8_0_rows) (const int C, int nb, int n_rows,
 					const uint8_t *w, size_t w_stride,
 					const uint8_t *x, size_t x_stride,
-					const float *xs, size_t xs_stride, float *out)
+					const float *xs, float *out)
 {
-	__m256		acc[4][4];
-
-	_Pragma("GCC unroll 4")
-	for (int r = 0; r < R; r++)
-		_Pragma("GCC unroll 4")
-		for (int c = 0; c < C; c++)
-			acc[r][c] = _mm256_setzero_ps();
-	for (int b = 0; b < nb; b++)
+	for (int r = 0; r < n_rows; r++)
 	{
-		__m256i		wq[4],
-					wa[4];
-		float		dw[4];
+		const opus_block_q8_0 *wr = (const opus_block_q8_0 *) (w + (size_t) r * w_stride);
+		__m256		acc[8];
 
-		_Pragma("GCC unroll 4")
-		for (int r = 0; r < R; r++)
-		{
-			const opus_block_q8_0 *blk = (const opus_block_q8_0 *) (w + r * w_stride) + b;
-
-			wq[r] = _mm256_loadu_si256((const __m256i *) blk->qs);
-			wa[r] = _mm256_sign_epi8(wq[r], wq[r]);
-			dw[r] = _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(blk->d)));
-		}
-		_Pragma("GCC unroll 4")
+		_Pragma("GCC unroll 8")
 		for (int c = 0; c < C; c++)
+			acc[c] = _mm256_setzero_ps();
+		for (int b = 0; b < nb; b++)
 		{
-			const opus_block_q8_0 *xb = (const opus_block_q8_0 *) (x + c * x_stride) + b;
-			__m256i		xv = _mm256_loadu_si256((const __m256i *) xb->qs);
-			float		dx = xs[c * xs_stride + b];
+			__m256i		wq = _mm256_loadu_si256((const __m256i *) wr[b].qs);
+			__m256i		wa = _mm256_sign_epi8(wq, wq);
+			__m256		dw = _mm256_broadcastss_ps(_mm_cvtph_ps(_mm_cvtsi32_si128(wr[b].d)));
 
-			_Pragma("GCC unroll 4")
-			for (int r = 0; r < R; r++)
+			_Pragma("GCC unroll 8")
+			for (int c = 0; c < C; c++)
 			{
-				__m256		p = _mm256_cvtepi32_ps(MM_DOT(wa[r], _mm256_sign_epi8(xv, wq[r])));
+				const opus_block_q8_0 *xb = (const opus_block_q8_0 *) (x + c * x_stride) + b;
+				__m256i		xv = _mm256_loadu_si256((const __m256i *) xb->qs);
+				__m256		p = _mm256_cvtepi32_ps(MM_DOT(wa, _mm256_sign_epi8(xv, wq)));
+				__m256		scale = _mm256_mul_ps(dw, _mm256_broadcast_ss(xs + (size_t) b * 8 + c));
 
-				acc[r][c] = _mm256_fmadd_ps(_mm256_set1_ps(dw[r] * dx), p, acc[r][c]);
+				acc[c] = _mm256_fmadd_ps(scale, p, acc[c]);
 			}
 		}
+		MM_NAME(store) (C, out + (size_t) r * 8, MM_NAME(reduce) (C, acc));
 	}
-	_Pragma("GCC unroll 4")
-	for (int r = 0; r < R; r++)
-		_Pragma("GCC unroll 4")
-		for (int c = 0; c < C; c++)
-			out[c * R + r] = mm_hsum(acc[r][c]);
 }
 
-#define MM_INSTANCE(type, R, C) \
+#define MM_INSTANCE(type, C) \
 static void \
-MM_NAME(type##_##R##x##C) (int nb, const uint8_t *w, size_t ws, const uint8_t *x, \
-						   size_t xst, const float *xs, size_t xss, float *out) \
+MM_NAME(type##_##C) (int nb, int n_rows, const uint8_t *w, size_t ws, \
+					 const uint8_t *x, size_t xst, const float *xs, float *out) \
 { \
-	MM_NAME(type##_tile) (R, C, nb, w, ws, x, xst, xs, xss, out); \
+	MM_NAME(type##_rows) (C, nb, n_rows, w, ws, x, xst, xs, out); \
 }
-#define MM_INSTANCES(type) \
-	MM_INSTANCE(type, 1, 1) MM_INSTANCE(type, 1, 2) MM_INSTANCE(type, 1, 3) MM_INSTANCE(type, 1, 4) \
-	MM_INSTANCE(type, 2, 1) MM_INSTANCE(type, 2, 2) MM_INSTANCE(type, 2, 3) MM_INSTANCE(type, 2, 4) \
-	MM_INSTANCE(type, 3, 1) MM_INSTANCE(type, 3, 2) MM_INSTANCE(type, 3, 3) MM_INSTANCE(type, 3, 4) \
-	MM_INSTANCE(type, 4, 1) MM_INSTANCE(type, 4, 2) MM_INSTANCE(type, 4, 3) MM_INSTANCE(type, 4, 4)
 
-MM_INSTANCES(q4_1)
-MM_INSTANCES(q8_0)
+MM_INSTANCE(q4_1, 1) MM_INSTANCE(q4_1, 2) MM_INSTANCE(q4_1, 3) MM_INSTANCE(q4_1, 4)
+MM_INSTANCE(q4_1, 5) MM_INSTANCE(q4_1, 6) MM_INSTANCE(q4_1, 7) MM_INSTANCE(q4_1, 8)
+MM_INSTANCE(q8_0, 1) MM_INSTANCE(q8_0, 2) MM_INSTANCE(q8_0, 3) MM_INSTANCE(q8_0, 4)
+MM_INSTANCE(q8_0, 5) MM_INSTANCE(q8_0, 6) MM_INSTANCE(q8_0, 7) MM_INSTANCE(q8_0, 8)
 
-#define MM_ROW(type, R) \
-	{MM_NAME(type##_##R##x1), MM_NAME(type##_##R##x2), MM_NAME(type##_##R##x3), MM_NAME(type##_##R##x4)}
-
-static const opus_mm_tile_fn MM_NAME(q4_1_table)[4][4] = {
-	MM_ROW(q4_1, 1), MM_ROW(q4_1, 2), MM_ROW(q4_1, 3), MM_ROW(q4_1, 4)
+static const opus_mm_rows_fn MM_NAME(q4_1_table)[8] = {
+	MM_NAME(q4_1_1), MM_NAME(q4_1_2), MM_NAME(q4_1_3), MM_NAME(q4_1_4),
+	MM_NAME(q4_1_5), MM_NAME(q4_1_6), MM_NAME(q4_1_7), MM_NAME(q4_1_8),
 };
-static const opus_mm_tile_fn MM_NAME(q8_0_table)[4][4] = {
-	MM_ROW(q8_0, 1), MM_ROW(q8_0, 2), MM_ROW(q8_0, 3), MM_ROW(q8_0, 4)
+static const opus_mm_rows_fn MM_NAME(q8_0_table)[8] = {
+	MM_NAME(q8_0_1), MM_NAME(q8_0_2), MM_NAME(q8_0_3), MM_NAME(q8_0_4),
+	MM_NAME(q8_0_5), MM_NAME(q8_0_6), MM_NAME(q8_0_7), MM_NAME(q8_0_8),
 };
 
-#undef MM_ROW
-#undef MM_INSTANCES
 #undef MM_INSTANCE
