@@ -56,7 +56,8 @@ install-engine: build/opus_engine
 
 install-model: $(DEFAULT_MODEL)
 	$(MKDIR_P) '$(DESTDIR)$(OPUS_MODELDIR)'
-	$(INSTALL_DATA) $(DEFAULT_MODEL) '$(DESTDIR)$(OPUS_MODELDIR)/$(DEFAULT_MODEL_FILE)'
+	cmp -s $(DEFAULT_MODEL) '$(DESTDIR)$(OPUS_MODELDIR)/$(DEFAULT_MODEL_FILE)' || \
+		$(INSTALL_DATA) $(DEFAULT_MODEL) '$(DESTDIR)$(OPUS_MODELDIR)/$(DEFAULT_MODEL_FILE)'
 
 uninstall-engine:
 	rm -f '$(DESTDIR)$(bindir)/opus_engine' '$(DESTDIR)$(OPUS_MODELDIR)/$(DEFAULT_MODEL_FILE)'

@@ -54,3 +54,12 @@ SELECT opus_completion('1, 2, 3, 4, 5, 6, 7,', max_tokens => 2, temperature => 0
 -- Many rows, one call each.
 SELECT i, opus_generate(i || ', ' || i + 1 || ', ' || i + 2 || ',', max_tokens => 2, temperature => 0) AS next
 FROM generate_series(1, 3) AS i;
+
+-- opus_last_request(): usage and timings of this session's last request.
+SELECT opus_generate('1, 2, 3, 4, 5, 6, 7,', max_tokens => 4, temperature => 0) IS NOT NULL AS generated;
+SELECT kind, finish_reason, prompt_tokens, completion_tokens, cached_tokens,
+       engine_ms > 0 AS engine_timed, total_ms >= engine_ms AS total_covers_engine,
+       ttft_ms <= engine_ms AS ttft_ok
+FROM opus_last_request();
+SELECT opus_tokenize('Hello world') IS NOT NULL AS tokenized;
+SELECT kind, prompt_tokens FROM opus_last_request();

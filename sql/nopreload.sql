@@ -19,4 +19,6 @@ SELECT * FROM opus_model;
 \echo :LAST_ERROR_SQLSTATE
 SELECT * FROM opus_engine;
 \echo :LAST_ERROR_SQLSTATE
+SELECT * FROM opus_last_request();
+\echo :LAST_ERROR_SQLSTATE
 DROP EXTENSION opus_pg;

@@ -145,3 +145,20 @@ CREATE VIEW @extschema@.opus_engine AS
     SELECT * FROM @extschema@.opus_engine_status();
 
 COMMENT ON VIEW @extschema@.opus_engine IS 'the engine process as the supervisor sees it';
+
+CREATE FUNCTION @extschema@.opus_last_request(
+    OUT kind text,
+    OUT finish_reason text,
+    OUT prompt_tokens integer,
+    OUT completion_tokens integer,
+    OUT cached_tokens integer,
+    OUT queue_ms double precision,
+    OUT ttft_ms double precision,
+    OUT engine_ms double precision,
+    OUT total_ms double precision)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'opus_last_request'
+LANGUAGE C VOLATILE PARALLEL RESTRICTED;
+
+COMMENT ON FUNCTION @extschema@.opus_last_request()
+IS 'usage and timings of this session''s last successful request: engine_ms is the engine''s own time, total_ms the backend''s (slot claim to result)';

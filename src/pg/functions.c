@@ -38,6 +38,21 @@ PG_FUNCTION_INFO_V1(opus_tokenize);
 PG_FUNCTION_INFO_V1(opus_detokenize);
 PG_FUNCTION_INFO_V1(opus_model_info);
 PG_FUNCTION_INFO_V1(opus_engine_status);
+PG_FUNCTION_INFO_V1(opus_last_request);
+
+/* The last successful request of this session (opus_last_request()). */
+static OpusResult last_result;
+static uint8 last_kind;
+static bool have_last_result = false;
+
+static void
+remember(uint8 kind, const OpusResult *res)
+{
+	last_result = *res;
+	last_result.data = NULL;
+	last_kind = kind;
+	have_last_result = true;
+}
 
 #define OPT_MAX_TOKENS	1
 #define OPT_TEMPERATURE 2
@@ -332,6 +347,7 @@ run_generation(FunctionCallInfo fcinfo, uint8 kind, OpusRequest *req, OpusResult
 		parse_prompt(fcinfo, req);
 	parse_options(fcinfo, req);
 	OpusRunRequest(req, res);
+	remember(kind, res);
 }
 
 Datum
@@ -473,6 +489,7 @@ opus_tokenize(PG_FUNCTION_ARGS)
 	}
 	check_prompt_size(req.text_len, "text to tokenize is");
 	OpusRunRequest(&req, &res);
+	remember(OPUS_KIND_TOKENIZE, &res);
 
 	if (res.len % 4 != 0)
 		elog(ERROR, "opus_pg: token result of %u bytes is not a whole number of tokens", res.len);
@@ -528,6 +545,7 @@ opus_detokenize(PG_FUNCTION_ARGS)
 	if (n == 0)
 		PG_RETURN_TEXT_P(cstring_to_text(""));
 	OpusRunRequest(&req, &res);
+	remember(OPUS_KIND_DETOKENIZE, &res);
 	PG_RETURN_TEXT_P(cstring_to_text(from_utf8(res.data, res.len)));
 }
 
@@ -626,6 +644,39 @@ opus_engine_status(PG_FUNCTION_ARGS)
 	values[11] = Int32GetDatum(snap.stats.n_active);
 	values[12] = Int32GetDatum(OpusShared->n_slots);
 	values[13] = Int64GetDatum(snap.stats.tokens_decode);
+	tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+	return (Datum) 0;
+}
+
+/*
+ * opus_last_request(): usage and timings of this session's last successful
+ * request (no row before the first).  engine_ms is the engine's own time
+ * for the request (submit to done); total_ms is the backend's, from
+ * claiming a slot to having the result; their difference is the cost of
+ * the relay.
+ */
+Datum
+opus_last_request(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	static const char *const kinds[] = {"", "generate", "chat", "tokenize", "detokenize"};
+	Datum		values[9];
+	bool		nulls[9];
+
+	OpusCheckPreloaded();
+	InitMaterializedSRF(fcinfo, 0);
+	if (!have_last_result)
+		return (Datum) 0;
+	memset(nulls, 0, sizeof(nulls));
+	values[0] = CStringGetTextDatum(last_kind < lengthof(kinds) ? kinds[last_kind] : "");
+	values[1] = CStringGetTextDatum(last_result.finish == OPUS_PROTO_FINISH_LENGTH ? "length" : "stop");
+	values[2] = Int32GetDatum(last_result.n_prompt);
+	values[3] = Int32GetDatum(last_result.n_completion);
+	values[4] = Int32GetDatum(last_result.n_cached);
+	values[5] = Float8GetDatum(last_result.queue_ms);
+	values[6] = Float8GetDatum(last_result.ttft_ms);
+	values[7] = Float8GetDatum(last_result.total_ms);
+	values[8] = Float8GetDatum(last_result.elapsed_ms);
 	tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 	return (Datum) 0;
 }

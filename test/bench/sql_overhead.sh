@@ -10,8 +10,9 @@
 # directions, the engine's tokenization and framing, the wake-up of the
 # backend and building the result - everything except the engine's
 # generation itself (and the client's network round trip, which is not
-# opus_pg's).  It also prints the client-side view (psql \timing of
-# SELECT opus_generate minus the engine time of an identical request).
+# opus_pg's).  It also prints the client-side view: psql \timing of each
+# SELECT opus_generate minus the engine time of that same request (read
+# back with opus_last_request()).
 #
 # usage: test/bench/sql_overhead.sh [psql connection options...]
 #   e.g. test/bench/sql_overhead.sh -h /tmp -p 5432 -d postgres
@@ -53,17 +54,21 @@ SELECT count(*) AS n,
 FROM overhead;
 EOF
 
-# Client side: psql \timing of SELECT opus_generate (includes the client round trip).
-sql=""
-for i in $(seq 1 "$N"); do
-	sql+="SELECT opus_generate('$PROMPT', max_tokens => $MAX_TOKENS, temperature => 0);"$'\n'
+# Client side: psql \timing of each SELECT opus_generate (includes the
+# client round trip and psql), paired with the engine's time for that same
+# request from opus_last_request().
+script='\timing on'$'\n'
+for i in $(seq 0 "$N"); do
+	script+="SELECT opus_generate('$PROMPT', max_tokens => $MAX_TOKENS, temperature => 0) \\g /dev/null"$'\n'
+	script+="SELECT 'ENGINE ' || engine_ms FROM opus_last_request();"$'\n'
 done
-times=$( (echo '\timing on'; echo "SELECT opus_generate('$PROMPT', max_tokens => $MAX_TOKENS, temperature => 0);"; echo "$sql") |
-	psql -X -q -At "$@" | sed -n 's/^Time: \([0-9.]*\) ms.*/\1/p' | tail -n "$N")
-eng=$(psql -X -At "$@" -c "SELECT (opus_completion('$PROMPT', max_tokens => $MAX_TOKENS, temperature => 0)->'timings'->>'engine_ms')")
-echo "$times" | sort -n | awk -v eng="$eng" -v n="$N" '
-	{ t[NR] = $1 }
+echo "$script" | psql -X -q -At "$@" |
+	awk '/^Time: / { last = $2; next }
+	     /^ENGINE / { k++; if (k > 1) printf "%.3f %.3f\n", last - $2, last }' |
+	sort -n | awk '
+	{ d[NR] = $1; t[NR] = $2; sum_t += $2 }
 	END {
-		m = (NR % 2) ? t[(NR + 1) / 2] : (t[NR / 2] + t[NR / 2 + 1]) / 2;
-		printf "client-side: median psql time of SELECT opus_generate %.3f ms over %d calls; engine time of the same request %.3f ms; difference %.3f ms\n", m, NR, eng, m - eng;
+		m = NR;
+		md = (m % 2) ? d[(m + 1) / 2] : (d[m / 2] + d[m / 2 + 1]) / 2;
+		printf "client-side: %d calls of SELECT opus_generate (mean psql time %.3f ms): median (psql time - engine time of the same request) %.3f ms, min %.3f, max %.3f\n", m, sum_t / m, md, d[1], d[m];
 	}'
