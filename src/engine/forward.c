@@ -70,7 +70,8 @@ struct opus_fwd_state
 	size_t		xs_stride;		/* floats per group: 2 * 8 * blocks of the widest row */
 	float	   *rope_cos;		/* [n_batch][rope_dim / 2] */
 	float	   *rope_sin;		/* [n_batch][rope_dim / 2] */
-	float	   *scores;			/* [n_threads][n_ctx] attention weights */
+	float	   *scores;			/* [n_threads][scores_stride] attention weights */
+	size_t		scores_stride;	/* ATTN_MAX_HEADS * (n_ctx rounded up to 16) */
 
 	/* tokens whose logits are computed */
 	int			n_out;
@@ -89,29 +90,11 @@ struct opus_fwd_state
 	bool		tiled;			/* AVX2 tile kernels available */
 	opus_mm_rows_fn tile_q4_1[8];	/* [C-1] */
 	opus_mm_rows_fn tile_q8_0[8];
-	opus_dot_f16_fn dot_f16;
-	opus_axpy_f16_fn axpy_f16;
+	opus_attend_fn attend;
 	opus_to_f16_fn to_f16;
 };
 
 /* ---- plain kernels ---- */
-
-static float
-dot_f16_ref(const float *a, const uint16_t *b, int n)
-{
-	float		sum = 0.0f;
-
-	for (int i = 0; i < n; i++)
-		sum += a[i] * opus_fp16_to_fp32(b[i]);
-	return sum;
-}
-
-static void
-axpy_f16_ref(float *y, float s, const uint16_t *x, int n)
-{
-	for (int i = 0; i < n; i++)
-		y[i] += s * opus_fp16_to_fp32(x[i]);
-}
 
 static void
 to_f16_ref(uint16_t *dst, const float *src, int n)
@@ -409,55 +392,89 @@ rope_apply(float *vec, int n_heads, int head_dim, int rope_dim, bool neox,
 /* ---- attention ---- */
 
 /*
- * One (token, head): softmax(q . K / sqrt(d)) V over positions 0..pos of the
- * token's sequence, read through its block table.  The batch's own K/V were
- * stored before this step, so earlier tokens of the same batch are visible
- * and later ones are masked by the position bound.
+ * Plain version of opus_fwd_attend_avx2 (same cache layout, any block size
+ * and head size; its own fixed order of operations).
  */
 static void
-attend(struct opus_fwd_state *fs, int layer, int t, int h, float *scores)
+attend_ref(const struct opus_attn_args *a)
 {
-	const struct opus_model *m = fs->c->model;
-	const struct opus_hparams *hp = &m->hp;
+	int			bs = a->bs;
+	int			hd = a->hd;
+	int			stride = (a->n_kv + 15) / 16 * 16;
+
+	for (int h = 0; h < a->n_h; h++)
+	{
+		const float *q = a->q + (size_t) h * hd;
+		float	   *s = a->scores + (size_t) h * stride;
+		float	   *out = a->out + (size_t) h * hd;
+		float		max = -INFINITY,
+					sum = 0.0f,
+					inv;
+
+		for (int p = 0; p < a->n_kv; p++)
+		{
+			const uint16_t *kb = (const uint16_t *) (a->kv_mem + (size_t) a->blocks[p / bs] * a->block_bytes +
+													 a->k_off) + p % bs;
+			float		dot = 0.0f;
+
+			for (int d = 0; d < hd; d++)
+				dot += q[d] * opus_fp16_to_fp32(kb[(size_t) d * bs]);
+			s[p] = dot * a->scale;
+			if (s[p] > max)
+				max = s[p];
+		}
+		for (int p = 0; p < a->n_kv; p++)
+		{
+			s[p] = expf(s[p] - max);
+			sum += s[p];
+		}
+		inv = 1.0f / sum;
+		memset(out, 0, sizeof(float) * hd);
+		for (int p = 0; p < a->n_kv; p++)
+		{
+			const uint16_t *vr = (const uint16_t *) (a->kv_mem + (size_t) a->blocks[p / bs] * a->block_bytes +
+													 a->v_off) + (size_t) (p % bs) * hd;
+			float		w = s[p] * inv;
+
+			for (int d = 0; d < hd; d++)
+				out[d] += w * opus_fp16_to_fp32(vr[d]);
+		}
+	}
+}
+
+/* Heads per attention work unit (heads of one KV group, at most 3). */
+#define ATTN_MAX_HEADS 3
+
+/*
+ * Attention for heads h0..h0+n_h-1 (one KV group) of batch token t.  The
+ * batch's own K/V were stored before this step, so earlier tokens of the
+ * same batch are visible and later ones are masked by the position bound.
+ */
+static void
+attend(struct opus_fwd_state *fs, int layer, int t, int h0, int n_h, float *scores)
+{
+	const struct opus_hparams *hp = &fs->c->model->hp;
 	const struct opus_kv *kv = &fs->c->kv;
-	const struct opus_seq *seq = fs->items[fs->item[t]].seq;
 	int			hd = hp->head_dim;
-	int			bs = kv->block_size;
-	int			kvh = h / (hp->n_head / hp->n_head_kv);
-	int			n_kv = fs->pos[t] + 1;
-	const float *q = fs->q + (size_t) t * hp->n_head * hd + (size_t) h * hd;
-	float	   *out = fs->att + (size_t) t * hp->n_head * hd + (size_t) h * hd;
-	float		scale = 1.0f / sqrtf((float) hd);
-	float		max = -INFINITY;
-	float		sum = 0.0f;
-	float		inv;
+	int			kvh = h0 / (hp->n_head / hp->n_head_kv);
+	struct opus_attn_args a = {
+		.q = fs->q + (size_t) t * hp->n_head * hd + (size_t) h0 * hd,
+		.out = fs->att + (size_t) t * hp->n_head * hd + (size_t) h0 * hd,
+		.n_h = n_h,
+		.hd = hd,
+		.n_kv = fs->pos[t] + 1,
+		.scale = 1.0f / sqrtf((float) hd),
+		.bs = kv->block_size,
+		.kv_mem = kv->mem,
+		.block_bytes = kv->block_bytes,
+		.blocks = fs->items[fs->item[t]].seq->blocks,
+		.k_off = (size_t) layer * kv->layer_bytes + (size_t) kvh * kv->block_size * hd * 2,
+		.v_off = (size_t) layer * kv->layer_bytes + kv->kv_half_bytes +
+		(size_t) kvh * kv->block_size * hd * 2,
+		.scores = scores,
+	};
 
-	for (int p = 0; p < n_kv; p++)
-	{
-		const uint16_t *kp = opus_kv_k(kv, seq->blocks[p / bs], layer) +
-			((size_t) kvh * bs + p % bs) * hd;
-		float		s = fs->dot_f16(q, kp, hd) * scale;
-
-		scores[p] = s;
-		if (s > max)
-			max = s;
-	}
-	for (int p = 0; p < n_kv; p++)
-	{
-		float		e = expf(scores[p] - max);
-
-		scores[p] = e;
-		sum += e;
-	}
-	inv = 1.0f / sum;
-	memset(out, 0, sizeof(float) * hd);
-	for (int p = 0; p < n_kv; p++)
-	{
-		const uint16_t *vp = opus_kv_v(kv, seq->blocks[p / bs], layer) +
-			((size_t) kvh * bs + p % bs) * hd;
-
-		fs->axpy_f16(out, scores[p] * inv, vp, hd);
-	}
+	fs->attend(&a);
 }
 
 /* ---- the worker: the whole forward pass, one thread's share ---- */
@@ -478,7 +495,9 @@ forward_worker(void *arg, int ith, int nth)
 	int			kv_dim = hp->n_head_kv * hd;
 	int			half = hp->rope_dim / 2;
 	bool		neox = (hp->arch == OPUS_ARCH_QWEN2);
-	float	   *scores = fs->scores + (size_t) ith * fs->c->params.n_ctx;
+	float	   *scores = fs->scores + (size_t) ith * fs->scores_stride;
+	int			n_rep = hp->n_head / hp->n_head_kv;
+	int			n_sub = (n_rep + ATTN_MAX_HEADS - 1) / ATTN_MAX_HEADS;	/* units per KV group */
 	enum opus_qtype types[MAX_SLOTS];
 	int			n_types;
 
@@ -539,22 +558,28 @@ forward_worker(void *arg, int ith, int nth)
 					   fs->rope_cos + (size_t) t * half, fs->rope_sin + (size_t) t * half);
 			for (int h = 0; h < hp->n_head_kv; h++)
 			{
-				size_t		off = ((size_t) h * kv->block_size + slot) * hd;
+				/* K transposed: [kv_head][dim][slot]; V: [kv_head][slot][dim] */
+				uint16_t   *kh = kc + (size_t) h * kv->block_size * hd + slot;
 
-				fs->to_f16(kc + off, kt + (size_t) h * hd, hd);
-				fs->to_f16(vc + off, vt + (size_t) h * hd, hd);
+				for (int d = 0; d < hd; d++)
+					kh[(size_t) d * kv->block_size] = opus_fp32_to_fp16(kt[(size_t) h * hd + d]);
+				fs->to_f16(vc + ((size_t) h * kv->block_size + slot) * hd, vt + (size_t) h * hd, hd);
 			}
 		}
 		step_barrier(&w);
 
-		/* attention: (token, head) pairs */
+		/* attention: (token, KV group, up to 3 of the group's heads) units */
 		for (;;)
 		{
 			int			u = claim(&w);
+			int			t = u / (hp->n_head_kv * n_sub);
+			int			g = u / n_sub % hp->n_head_kv;
+			int			j = u % n_sub * ATTN_MAX_HEADS;	/* first head within the group */
 
-			if (u >= N * hp->n_head)
+			if (u >= N * hp->n_head_kv * n_sub)
 				break;
-			attend(fs, il, u / hp->n_head, u % hp->n_head, scores);
+			attend(fs, il, t, g * n_rep + j,
+				   n_rep - j < ATTN_MAX_HEADS ? n_rep - j : ATTN_MAX_HEADS, scores);
 		}
 		step_barrier(&w);
 
@@ -696,7 +721,8 @@ opus_fwd_state_create(struct opus_ctx *c, struct opus_error *err)
 	}
 	ALLOC(fs->rope_cos, B * (hp->rope_dim / 2 + 1));
 	ALLOC(fs->rope_sin, B * (hp->rope_dim / 2 + 1));
-	ALLOC(fs->scores, (size_t) c->params.n_threads * c->params.n_ctx);
+	fs->scores_stride = 3 * (((size_t) c->params.n_ctx + 15) / 16 * 16);
+	ALLOC(fs->scores, (size_t) c->params.n_threads * fs->scores_stride);
 	ALLOC(fs->out_tok, B);
 	ALLOC(fs->out_rows, B);
 #undef ALLOC
@@ -705,8 +731,11 @@ opus_fwd_state_create(struct opus_ctx *c, struct opus_error *err)
 
 	if (strcmp(opus_qtype_cpu_variant(), "avx2") == 0)
 	{
-		fs->dot_f16 = opus_fwd_dot_f16_avx2;
-		fs->axpy_f16 = opus_fwd_axpy_f16_avx2;
+		/* the AVX2 attention kernel handles 16-slot blocks and heads of 16k */
+		if (c->params.block_size == 16 && hp->head_dim % 16 == 0)
+			fs->attend = opus_fwd_attend_avx2;
+		else
+			fs->attend = attend_ref;
 		fs->to_f16 = opus_fwd_to_f16_avx2;
 		fs->tiled = true;
 		for (int k = 0; k < 8; k++)
@@ -717,8 +746,7 @@ opus_fwd_state_create(struct opus_ctx *c, struct opus_error *err)
 	}
 	else
 	{
-		fs->dot_f16 = dot_f16_ref;
-		fs->axpy_f16 = axpy_f16_ref;
+		fs->attend = attend_ref;
 		fs->to_f16 = to_f16_ref;
 	}
 	return OPUS_OK;

@@ -1,67 +1,216 @@
 /*
- * forward_avx2.c - AVX2+FMA+F16C versions of the attention kernels declared
- * in forward_int.h.  Called only after the CPU was found to support them.
+ * forward_avx2.c - AVX2+FMA+F16C attention kernel and F16 conversion for
+ * the forward pass (see forward_int.h).  Called only after the CPU was found
+ * to support them.
+ *
+ * Attention for up to 3 query heads sharing a KV head, over 16-position
+ * blocks (K stored transposed, [dim][slot], so a block's 16 scores for one
+ * dimension are two vector FMAs; V stored [slot][dim]).  The arithmetic of
+ * one head does not depend on how many heads share the call:
+ *  - score of position p: sum over dims d in order, d even into one chain
+ *    and d odd into another (FMA), chains added, times scale;
+ *  - softmax: max, e = exp(s - max) with the vector exp below, sum over
+ *    positions with lane p % 8 accumulating p in order, lanes reduced as
+ *    ((l0+l1)+(l2+l3))+((l4+l5)+(l6+l7)); weights e * (1 / sum);
+ *  - output dim i: sum over positions, even p into one chain and odd p into
+ *    another (FMA), chains added.
  */
 #include "forward_int.h"
 
 #include <immintrin.h>
+#include <math.h>
+#include <string.h>
 
 #include "qtype.h"
 
-static inline float
-hsum256(__m256 v)
-{
-	__m128		lo = _mm256_castps256_ps128(v);
-	__m128		hi = _mm256_extractf128_ps(v, 1);
+#define KV_BS 16				/* block size this kernel handles */
 
-	lo = _mm_add_ps(lo, hi);
-	lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
-	lo = _mm_add_ss(lo, _mm_movehdup_ps(lo));
-	return _mm_cvtss_f32(lo);
+/* e^x for x <= 0 (inputs below -87.3 give 0), about 1 ulp (Cephes polynomial). */
+static inline __m256
+exp_nonpos(__m256 x)
+{
+	const __m256 lo = _mm256_set1_ps(-87.3f);
+	__m256		small = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
+	__m256		n,
+				r,
+				r2,
+				p;
+	__m256i		e;
+
+	x = _mm256_max_ps(x, lo);
+	n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+						_MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+	r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+	r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+	r2 = _mm256_mul_ps(r, r);
+	p = _mm256_set1_ps(1.9875691500e-4f);
+	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+	p = _mm256_fmadd_ps(p, r2, r);
+	p = _mm256_add_ps(p, _mm256_set1_ps(1.0f));
+	e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+	p = _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+	return _mm256_andnot_ps(small, p);
 }
 
-float
-opus_fwd_dot_f16_avx2(const float *a, const uint16_t *b, int n)
+static inline float
+hsum_tree(__m256 v)
 {
-	__m256		acc0 = _mm256_setzero_ps();
-	__m256		acc1 = _mm256_setzero_ps();
-	int			i = 0;
-	float		sum;
+	__m256		h = _mm256_hadd_ps(v, v);
 
-	for (; i + 16 <= n; i += 16)
+	h = _mm256_hadd_ps(h, h);
+	return _mm_cvtss_f32(_mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1)));
+}
+
+/* Softmax of s[0..n) in place (s has room up to n rounded up to 8). */
+static void
+softmax(float *s, int n)
+{
+	int			n8 = (n + 7) / 8 * 8;
+	__m256		vmax = _mm256_set1_ps(-INFINITY);
+	__m256		vsum = _mm256_setzero_ps();
+	float		max,
+				inv;
+
+	for (int p = n; p < n8; p++)
+		s[p] = -INFINITY;
+	for (int p = 0; p < n8; p += 8)
+		vmax = _mm256_max_ps(vmax, _mm256_loadu_ps(s + p));
 	{
-		__m256		b0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *) (b + i)));
-		__m256		b1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *) (b + i + 8)));
+		__m128		m = _mm_max_ps(_mm256_castps256_ps128(vmax), _mm256_extractf128_ps(vmax, 1));
 
-		acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), b0, acc0);
-		acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), b1, acc1);
+		m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+		m = _mm_max_ss(m, _mm_movehdup_ps(m));
+		max = _mm_cvtss_f32(m);
 	}
-	for (; i + 8 <= n; i += 8)
+	vmax = _mm256_set1_ps(max);
+	for (int p = 0; p < n8; p += 8)
 	{
-		__m256		b0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *) (b + i)));
+		__m256		e = exp_nonpos(_mm256_sub_ps(_mm256_loadu_ps(s + p), vmax));
 
-		acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), b0, acc0);
+		_mm256_storeu_ps(s + p, e);
+		vsum = _mm256_add_ps(vsum, e);
 	}
-	sum = hsum256(_mm256_add_ps(acc0, acc1));
-	for (; i < n; i++)
-		sum += a[i] * opus_fp16_to_fp32(b[i]);
-	return sum;
+	inv = 1.0f / hsum_tree(vsum);
+	vmax = _mm256_set1_ps(inv);
+	for (int p = 0; p < n8; p += 8)
+		_mm256_storeu_ps(s + p, _mm256_mul_ps(_mm256_loadu_ps(s + p), vmax));
+}
+
+static inline __attribute__((always_inline)) void
+attend_n(const int NH, const struct opus_attn_args *a)
+{
+	const int	hd = a->hd;
+	const int	n_kv = a->n_kv;
+	const int	stride = (n_kv + KV_BS - 1) / KV_BS * KV_BS;	/* per head in scores */
+	const __m256 scale = _mm256_set1_ps(a->scale);
+
+	/* scores, one block (16 positions) at a time */
+	for (int p0 = 0; p0 < n_kv; p0 += KV_BS)
+	{
+		const uint16_t *kb = (const uint16_t *) (a->kv_mem +
+												 (size_t) a->blocks[p0 / KV_BS] * a->block_bytes + a->k_off);
+		__m256		acc[3][2][2];	/* [head][chain][half] */
+
+		_Pragma("GCC unroll 3")
+		for (int h = 0; h < NH; h++)
+			for (int c = 0; c < 2; c++)
+				acc[h][c][0] = acc[h][c][1] = _mm256_setzero_ps();
+		for (int d = 0; d < hd; d += 2)
+		{
+			_Pragma("GCC unroll 2")
+			for (int c = 0; c < 2; c++)
+			{
+				const uint16_t *kr = kb + (size_t) (d + c) * KV_BS;
+				__m256		k0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *) kr));
+				__m256		k1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *) (kr + 8)));
+
+				_Pragma("GCC unroll 3")
+				for (int h = 0; h < NH; h++)
+				{
+					__m256		qd = _mm256_broadcast_ss(a->q + (size_t) h * hd + d + c);
+
+					acc[h][c][0] = _mm256_fmadd_ps(qd, k0, acc[h][c][0]);
+					acc[h][c][1] = _mm256_fmadd_ps(qd, k1, acc[h][c][1]);
+				}
+			}
+		}
+		_Pragma("GCC unroll 3")
+		for (int h = 0; h < NH; h++)
+		{
+			float	   *s = a->scores + (size_t) h * stride + p0;
+
+			_mm256_storeu_ps(s, _mm256_mul_ps(_mm256_add_ps(acc[h][0][0], acc[h][1][0]), scale));
+			_mm256_storeu_ps(s + 8, _mm256_mul_ps(_mm256_add_ps(acc[h][0][1], acc[h][1][1]), scale));
+		}
+	}
+
+	for (int h = 0; h < NH; h++)
+		softmax(a->scores + (size_t) h * stride, n_kv);
+
+	/* output, 16 dimensions at a time; positions alternate between two chains */
+	for (int d0 = 0; d0 < hd; d0 += 16)
+	{
+		__m256		acc[3][2][2];	/* [head][chain][half] */
+
+		_Pragma("GCC unroll 3")
+		for (int h = 0; h < NH; h++)
+			for (int c = 0; c < 2; c++)
+				acc[h][c][0] = acc[h][c][1] = _mm256_setzero_ps();
+		for (int p = 0; p < n_kv; p += 2)
+		{
+			_Pragma("GCC unroll 2")
+			for (int c = 0; c < 2; c++)
+			{
+				const uint16_t *vr;
+				__m256		v0,
+							v1;
+
+				if (p + c >= n_kv)
+					break;
+				vr = (const uint16_t *) (a->kv_mem + (size_t) a->blocks[(p + c) / KV_BS] * a->block_bytes +
+										 a->v_off) + (size_t) ((p + c) % KV_BS) * hd + d0;
+				v0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *) vr));
+				v1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *) (vr + 8)));
+				_Pragma("GCC unroll 3")
+				for (int h = 0; h < NH; h++)
+				{
+					__m256		w = _mm256_broadcast_ss(a->scores + (size_t) h * stride + p + c);
+
+					acc[h][c][0] = _mm256_fmadd_ps(w, v0, acc[h][c][0]);
+					acc[h][c][1] = _mm256_fmadd_ps(w, v1, acc[h][c][1]);
+				}
+			}
+		}
+		_Pragma("GCC unroll 3")
+		for (int h = 0; h < NH; h++)
+		{
+			float	   *o = a->out + (size_t) h * hd + d0;
+
+			_mm256_storeu_ps(o, _mm256_add_ps(acc[h][0][0], acc[h][1][0]));
+			_mm256_storeu_ps(o + 8, _mm256_add_ps(acc[h][0][1], acc[h][1][1]));
+		}
+	}
 }
 
 void
-opus_fwd_axpy_f16_avx2(float *y, float s, const uint16_t *x, int n)
+opus_fwd_attend_avx2(const struct opus_attn_args *a)
 {
-	__m256		vs = _mm256_set1_ps(s);
-	int			i = 0;
-
-	for (; i + 8 <= n; i += 8)
+	switch (a->n_h)
 	{
-		__m256		x0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *) (x + i)));
-
-		_mm256_storeu_ps(y + i, _mm256_fmadd_ps(vs, x0, _mm256_loadu_ps(y + i)));
+		case 1:
+			attend_n(1, a);
+			break;
+		case 2:
+			attend_n(2, a);
+			break;
+		default:
+			attend_n(3, a);
+			break;
 	}
-	for (; i < n; i++)
-		y[i] += s * opus_fp16_to_fp32(x[i]);
 }
 
 void

@@ -13,15 +13,37 @@
 
 #include "qtype.h"
 
-/* sum_i a[i] * b[i], b in F16, n a multiple of 2 */
-typedef float (*opus_dot_f16_fn) (const float *a, const uint16_t *b, int n);
-/* y[i] += s * x[i], x in F16 */
-typedef void (*opus_axpy_f16_fn) (float *y, float s, const uint16_t *x, int n);
 /* dst[i] = F16(src[i]) */
 typedef void (*opus_to_f16_fn) (uint16_t *dst, const float *src, int n);
 
-float		opus_fwd_dot_f16_avx2(const float *a, const uint16_t *b, int n);
-void		opus_fwd_axpy_f16_avx2(float *y, float s, const uint16_t *x, int n);
+/*
+ * Attention of n_h (1..3) query heads that share one KV head, for one token
+ * at position n_kv - 1 of its sequence.  The KV cache is read through the
+ * sequence's block table: position p lives in block blocks[p / bs], slot
+ * p % bs; that block's K for this layer and KV head starts k_off bytes into
+ * it, laid out [head_dim][bs] (transposed), and V starts v_off bytes in,
+ * laid out [bs][head_dim].  Both F16.  The AVX2 kernel needs bs == 16.
+ */
+struct opus_attn_args
+{
+	const float *q;				/* [n_h][hd] roped queries */
+	float	   *out;			/* [n_h][hd] results */
+	int			n_h;
+	int			hd;				/* head size, a multiple of 16 for the AVX2 kernel */
+	int			n_kv;			/* positions attended: 0..n_kv-1 */
+	float		scale;			/* 1 / sqrt(hd) */
+	int			bs;				/* positions per KV block */
+	const uint8_t *kv_mem;		/* the block pool */
+	size_t		block_bytes;
+	const int32_t *blocks;		/* the sequence's block table */
+	size_t		k_off;
+	size_t		v_off;
+	float	   *scores;			/* scratch: n_h * (n_kv rounded up to 16) floats */
+};
+
+typedef void (*opus_attend_fn) (const struct opus_attn_args *a);
+
+void		opus_fwd_attend_avx2(const struct opus_attn_args *a);
 void		opus_fwd_to_f16_avx2(uint16_t *dst, const float *src, int n);
 
 /*
