@@ -28,8 +28,10 @@
  *   CANCELLED  the backend gave up (error, cancel, timeout, exit): it may
  *              set SUBMITTED/RUNNING -> CANCELLED (and FILLING/DONE/ERROR ->
  *              FREE) under the lock and never touches the slot again.  The
- *              supervisor owns a CANCELLED slot: it tells the engine, waits
- *              for the engine's DONE (or the engine's death), then sets FREE.
+ *              supervisor owns a CANCELLED slot: it sends the engine a
+ *              CANCEL (the engine drops the request at its next step) and
+ *              sets FREE at once; later frames for that request id are
+ *              ignored, since ids are never reused.
  *
  * So a backend only ever moves a slot out of FREE, FILLING, DONE and ERROR,
  * or into CANCELLED; the supervisor moves it out of SUBMITTED, RUNNING and

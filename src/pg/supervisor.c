@@ -17,9 +17,11 @@
  * in between (fd set-up, setpgid, PR_SET_PDEATHSIG, signal reset).
  *
  * Slot ownership follows the rules at the top of shmem.c.  Local state:
- * sent_id[i] is the id of the request the engine currently holds for slot i
- * (0 = none); cancel_sent[i] / overflowed[i] track a CANCEL already sent and
- * a result that did not fit the slot buffer.
+ * sent_id[i] is the id of the request the engine holds for slot i whose
+ * results still matter (0 = none); frames for any other id are dropped.
+ * cancel_sent[i] / overflowed[i] track a CANCEL already sent and a result
+ * that did not fit the slot buffer (the slot then waits for the engine's
+ * DONE before reporting the error).
  *
  * I/O with the engine is non-blocking and framed (src/protocol.h): partial
  * reads and writes are buffered here, every frame the engine sends is
@@ -428,7 +430,7 @@ describe_exit(int status, char *buf, size_t len)
 	if (WIFEXITED(status))
 		snprintf(buf, len, "exited with status %d", WEXITSTATUS(status));
 	else if (WIFSIGNALED(status))
-		snprintf(buf, len, "was terminated by signal %d: %s",
+		snprintf(buf, len, "was killed by signal %d: %s",
 				 WTERMSIG(status), pg_strsignal(WTERMSIG(status)));
 	else
 		snprintf(buf, len, "ended with wait status %d", status);
@@ -1015,21 +1017,20 @@ process_slots(void)
 		}
 		else if (st == OPUS_SLOT_CANCELLED)
 		{
-			if (sent_id[i] == id && id != 0)
-			{
-				if (!cancel_sent[i])
-				{
-					send_frame(OPUS_MSG_CANCEL, id, NULL, 0);
-					cancel_sent[i] = true;
-				}
-			}
-			else
-			{
-				SpinLockAcquire(&slot->mutex);
-				if (slot->state == OPUS_SLOT_CANCELLED && slot->request_id == id)
-					slot->state = OPUS_SLOT_FREE;
-				SpinLockRelease(&slot->mutex);
-			}
+			/*
+			 * Tell the engine (it drops the request at its next step), and
+			 * free the slot now: whatever the engine still sends for this
+			 * id is ignored, because sent_id no longer names it.
+			 */
+			if (sent_id[i] == id && id != 0 && !cancel_sent[i])
+				send_frame(OPUS_MSG_CANCEL, id, NULL, 0);
+			sent_id[i] = 0;
+			cancel_sent[i] = false;
+			overflowed[i] = false;
+			SpinLockAcquire(&slot->mutex);
+			if (slot->state == OPUS_SLOT_CANCELLED && slot->request_id == id)
+				slot->state = OPUS_SLOT_FREE;
+			SpinLockRelease(&slot->mutex);
 		}
 	}
 }
