@@ -413,6 +413,83 @@ out:
 	free(lf);
 }
 
+/*
+ * The plain reference kernels (opus_qtype_init_cpu(true)) against the
+ * AVX2 ones.  They sum in different orders, and with 8-bit activation
+ * quantization in every layer tiny differences grow to the size of the
+ * quantization noise itself (both paths are about 0.1-0.5 rms away from
+ * an exact float64 evaluation of the same weights; checked with numpy).
+ * So the tolerance is: rms difference per position <= 1.0, and the same
+ * top token wherever the fast path's top-1/top-2 margin is >= 1.0.
+ */
+static void
+test_reference_kernels(void)
+{
+	enum
+	{
+		N = 24
+	};
+	int32_t		toks[N];
+	float	   *fast = malloc(sizeof(float) * N * n_vocab);
+	float	   *ref = malloc(sizeof(float) * N * n_vocab);
+	struct opus_ctx *c;
+	int			one[] = {N};
+	double		worst_rms = 0.0;
+	int			top_diff = 0;
+
+	if (strcmp(opus_qtype_cpu_variant(), "avx2") != 0)
+	{
+		printf("no AVX2: reference-vs-AVX2 comparison skipped\n");
+		free(fast);
+		free(ref);
+		return;
+	}
+	CHECK(fast && ref, "alloc");
+	if (!fast || !ref)
+		goto out;
+	make_tokens(toks, N, 21);
+	c = make_ctx(2, 16, 32, 256);
+	CHECK(c && run_chunked(c, toks, N, one, 1, fast), "fast kernels");
+	opus_ctx_free(c);
+	opus_qtype_init_cpu(true);
+	c = make_ctx(2, 16, 32, 256);
+	CHECK(c && run_chunked(c, toks, N, one, 1, ref), "reference kernels");
+	opus_ctx_free(c);
+	opus_qtype_init_cpu(false);
+	for (int t = 0; t < N; t++)
+	{
+		const float *a = fast + (size_t) t * n_vocab,
+				   *b = ref + (size_t) t * n_vocab;
+		int			t1 = 0,
+					t2 = -1,
+					tb = 0;
+		double		ss = 0.0;
+
+		for (int i = 0; i < n_vocab; i++)
+		{
+			ss += (double) (a[i] - b[i]) * (a[i] - b[i]);
+			if (a[i] > a[t1])
+			{
+				t2 = t1;
+				t1 = i;
+			}
+			else if (i != t1 && (t2 < 0 || a[i] > a[t2]))
+				t2 = i;
+			if (b[i] > b[tb])
+				tb = i;
+		}
+		if (sqrt(ss / n_vocab) > worst_rms)
+			worst_rms = sqrt(ss / n_vocab);
+		if (t2 >= 0 && a[t1] - a[t2] >= 1.0f && t1 != tb)
+			top_diff++;
+	}
+	CHECK(worst_rms <= 1.0, "reference vs AVX2: worst rms difference %g", worst_rms);
+	CHECK(top_diff == 0, "reference vs AVX2: top token differs at %d clear positions", top_diff);
+out:
+	free(fast);
+	free(ref);
+}
+
 static void
 test_paris(void)
 {
@@ -580,6 +657,7 @@ main(void)
 	test_batch_invariance();
 	test_kv_accounting();
 	test_shared_block_cow();
+	test_reference_kernels();
 	test_paris();
 	opus_model_free(model);
 	return UNIT_DONE();
