@@ -31,7 +31,9 @@ my $other_pid = $other->query_safe('SELECT pg_backend_pid()');
 # A long generation, well under way when the engine dies.
 my $gen = start_query($node, long_sql());
 wait_generating($node, 1, 20);
-usleep(700_000);
+ok(defined poll_until(20, sub { engine_info($node)->{engine_requests} >= 1 }),
+	'the request reached the engine');
+usleep(1_000_000);    # well into decoding
 ok(query_running($gen), 'generation still running before the kill');
 
 $other->query_safe('INSERT INTO t SELECT generate_series(1, 1000)');

@@ -33,7 +33,7 @@ cmp_ok($elapsed, '<', 1.5,
 
 # The slot is free within a second.
 my $t_free = poll_until(1.0, sub { active_requests($node) == 0 });
-ok(defined $t_free, 'no request left in pg_stat_opus_activity within 1 s');
+ok(defined $t_free, 'no request slot busy and none in the engine within 1 s');
 
 # Every slot usable at once: max_requests concurrent calls all succeed.
 my @qs;

@@ -35,7 +35,7 @@ for my $i (reverse 0 .. 1)
 }
 
 ok(defined poll_until(1.0, sub { active_requests($node) == 0 }),
-	'no request left in pg_stat_opus_activity within 1 s');
+	'no request slot busy and none in the engine within 1 s');
 is($node->safe_psql('postgres', 'SELECT 1'), '1', 'server accepts connections');
 is(start_time($node), $start_before, 'pg_postmaster_start_time unchanged');
 is(engine_pid($node), $engine, 'engine still the same process');

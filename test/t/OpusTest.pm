@@ -249,7 +249,7 @@ sub engine_info
 {
 	my ($node) = @_;
 	my @cols = qw(state engine_pid starts restarts busy_slots
-	  engine_requests max_requests last_error);
+	  engine_requests max_requests tokens_generated last_error);
 	my ($rc, $out) = psql_state($node,
 		'SELECT ' . join(', ', @cols) . ' FROM opus_engine', 10);
 	return {} unless $rc eq '0';
