@@ -8,7 +8,9 @@
 EXTENSION = opus_pg
 MODULE_big = opus_pg
 OBJS = $(patsubst %.c,%.o,$(sort $(wildcard src/pg/*.c)))
-DATA = sql/opus_pg--0.1.0.sql
+# The install script is assembled from sql/install/NN_topic.sql (one file per
+# concern, concatenated in name order); 00_core.sql carries the \echo guard.
+DATA_built = build/opus_pg--0.1.0.sql
 PG_CPPFLAGS = -Isrc
 # Our own code builds warning-free; OPUS_PG_WERROR= turns -Werror off.
 OPUS_PG_WERROR ?= -Werror
@@ -34,6 +36,10 @@ DEFAULT_MODEL_SHA256 = b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728
 include src/engine/engine.mk
 
 all: build/opus_engine
+
+build/opus_pg--0.1.0.sql: $(sort $(wildcard sql/install/*.sql))
+	@mkdir -p build
+	cat $^ > $@
 
 .PHONY: model
 model: $(DEFAULT_MODEL)
