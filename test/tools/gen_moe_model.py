@@ -14,6 +14,9 @@ Architectures (as llama.cpp names them in GGUF):
   qwen3moe        per-head q/k RMS norms, NeoX RoPE, top-2 of 8 renormalised
   olmoe           q/k RMS norms over the whole projection, NeoX RoPE,
                   top-2 of 8 without renormalisation
+  bench-moe, bench-dense  (not made by default) for test/bench/bench_moe.sh:
+                  n_embd 512, 8 layers, 8 heads; 8 experts of n_ff 1024 top-2,
+                  and a dense llama with n_ff 2048 (the same active parameters)
 
 Shape: n_embd 256, 4 layers, 4 heads of 64 (2 KV heads; olmoe 4), 8 experts
 of n_ff 512, vocabulary and tokenizer metadata copied from SmolLM2
@@ -53,11 +56,24 @@ CTX = 2048
 TOKENIZER_SRC = os.path.join("models", "SmolLM2-135M-Instruct.Q4_1.gguf")
 
 NAMES = ["mixtral", "mixtral-legacy", "qwen2moe", "qwen3moe", "olmoe"]
+BENCH_NAMES = ["bench-moe", "bench-dense"]
 TYPES = ["f32", "f16", "q8_0", "q4_k"]
+
+# shapes of the test models; the bench models (bench_moe.sh) override them
+DIMS = dict(n_embd=N_EMBD, n_layer=N_LAYER, n_head=N_HEAD, n_expert=N_EXPERT,
+            n_used=N_USED, n_ff_exp=N_FF_EXP, n_ff_shexp=N_FF_SHEXP)
 
 SPEC = {
     "mixtral": dict(arch="llama", n_head_kv=2, bias=False, qk_norm=None,
                     shared=False, legacy=False),
+    # bench_moe.sh: 8 experts top-2, and a dense model with the same active
+    # parameter count (n_ff = 2 x the expert n_ff)
+    "bench-moe": dict(arch="llama", n_head_kv=4, bias=False, qk_norm=None,
+                      shared=False, legacy=False,
+                      dims=dict(n_embd=512, n_layer=8, n_head=8, n_ff_exp=1024)),
+    "bench-dense": dict(arch="llama", n_head_kv=4, bias=False, qk_norm=None,
+                        shared=False, legacy=False, dense=True,
+                        dims=dict(n_embd=512, n_layer=8, n_head=8, n_ff_exp=2048)),
     "mixtral-legacy": dict(arch="llama", n_head_kv=2, bias=False,
                            qk_norm=None, shared=False, legacy=True),
     "qwen2moe": dict(arch="qwen2moe", n_head_kv=2, bias=True, qk_norm=None,
@@ -110,9 +126,15 @@ def copy_tokenizer(w, src):
 def gen_f32(name, path, seed, tok_src):
     sp = SPEC[name]
     arch = sp["arch"]
+    d = dict(DIMS, **sp.get("dims", {}))
+    E, NL, NH = d["n_embd"], d["n_layer"], d["n_head"]
+    HD = E // NH
+    NX, NU, FF, FS = d["n_expert"], d["n_used"], d["n_ff_exp"], d["n_ff_shexp"]
+    dense = sp.get("dense", False)
     # mixtral-legacy draws exactly what mixtral draws
+    all_names = NAMES + BENCH_NAMES
     rng = np.random.default_rng(seed + (0 if name.startswith("mixtral")
-                                        else NAMES.index(name)))
+                                        else all_names.index(name)))
     w = gguf.GGUFWriter(path, arch)
     n_vocab = copy_tokenizer(w, tok_src)
     kv = sp["n_head_kv"]
@@ -120,20 +142,21 @@ def gen_f32(name, path, seed, tok_src):
     w.add_name("opus-moe-test-" + name)
     w.add_file_type(0)  # ALL_F32
     w.add_context_length(CTX)
-    w.add_embedding_length(N_EMBD)
-    w.add_block_count(N_LAYER)
-    w.add_feed_forward_length(N_FF_EXP if arch in ("llama", "olmoe") else 1024)
-    w.add_head_count(N_HEAD)
+    w.add_embedding_length(E)
+    w.add_block_count(NL)
+    w.add_feed_forward_length(FF if arch in ("llama", "olmoe") else 1024)
+    w.add_head_count(NH)
     w.add_head_count_kv(kv)
-    w.add_rope_dimension_count(HEAD_DIM)
+    w.add_rope_dimension_count(HD)
     w.add_rope_freq_base(10000.0)
     w.add_layer_norm_rms_eps(1e-5)
-    w.add_expert_count(N_EXPERT)
-    w.add_expert_used_count(N_USED)
+    if not dense:
+        w.add_expert_count(NX)
+        w.add_expert_used_count(NU)
     if arch in ("qwen2moe", "qwen3moe"):
-        w.add_expert_feed_forward_length(N_FF_EXP)
+        w.add_expert_feed_forward_length(FF)
     if arch == "qwen2moe":
-        w.add_expert_shared_feed_forward_length(N_FF_SHEXP)
+        w.add_expert_shared_feed_forward_length(FS)
 
     def normal(shape, std):
         return (rng.standard_normal(shape, dtype=np.float32) * std).astype(np.float32)
@@ -141,31 +164,38 @@ def gen_f32(name, path, seed, tok_src):
     def norm_w(n):
         return (1.0 + rng.standard_normal(n, dtype=np.float32) * 0.1).astype(np.float32)
 
-    w.add_tensor("token_embd.weight", normal((n_vocab, N_EMBD), 1.0))
-    for il in range(N_LAYER):
+    # std of a matrix: about 1 / sqrt(n_in) so activations keep unit scale
+    sd = 0.06 * (256.0 / E) ** 0.5
+    w.add_tensor("token_embd.weight", normal((n_vocab, E), 1.0))
+    for il in range(NL):
         p = "blk.%d." % il
-        w.add_tensor(p + "attn_norm.weight", norm_w(N_EMBD))
-        w.add_tensor(p + "attn_q.weight", normal((N_HEAD * HEAD_DIM, N_EMBD), 0.06))
-        w.add_tensor(p + "attn_k.weight", normal((kv * HEAD_DIM, N_EMBD), 0.06))
-        w.add_tensor(p + "attn_v.weight", normal((kv * HEAD_DIM, N_EMBD), 0.06))
+        w.add_tensor(p + "attn_norm.weight", norm_w(E))
+        w.add_tensor(p + "attn_q.weight", normal((NH * HD, E), sd))
+        w.add_tensor(p + "attn_k.weight", normal((kv * HD, E), sd))
+        w.add_tensor(p + "attn_v.weight", normal((kv * HD, E), sd))
         if sp["bias"]:
-            w.add_tensor(p + "attn_q.bias", normal(N_HEAD * HEAD_DIM, 0.1))
-            w.add_tensor(p + "attn_k.bias", normal(kv * HEAD_DIM, 0.1))
-            w.add_tensor(p + "attn_v.bias", normal(kv * HEAD_DIM, 0.1))
+            w.add_tensor(p + "attn_q.bias", normal(NH * HD, 0.1))
+            w.add_tensor(p + "attn_k.bias", normal(kv * HD, 0.1))
+            w.add_tensor(p + "attn_v.bias", normal(kv * HD, 0.1))
         if sp["qk_norm"] == "head":
-            w.add_tensor(p + "attn_q_norm.weight", norm_w(HEAD_DIM))
-            w.add_tensor(p + "attn_k_norm.weight", norm_w(HEAD_DIM))
+            w.add_tensor(p + "attn_q_norm.weight", norm_w(HD))
+            w.add_tensor(p + "attn_k_norm.weight", norm_w(HD))
         elif sp["qk_norm"] == "full":
-            w.add_tensor(p + "attn_q_norm.weight", norm_w(N_HEAD * HEAD_DIM))
-            w.add_tensor(p + "attn_k_norm.weight", norm_w(kv * HEAD_DIM))
-        w.add_tensor(p + "attn_output.weight", normal((N_EMBD, N_HEAD * HEAD_DIM), 0.06))
-        w.add_tensor(p + "ffn_norm.weight", norm_w(N_EMBD))
-        w.add_tensor(p + "ffn_gate_inp.weight", normal((N_EXPERT, N_EMBD), 0.3))
-        gate = normal((N_EXPERT, N_FF_EXP, N_EMBD), 0.06)
-        up = normal((N_EXPERT, N_FF_EXP, N_EMBD), 0.06)
-        down = normal((N_EXPERT, N_EMBD, N_FF_EXP), 0.06)
+            w.add_tensor(p + "attn_q_norm.weight", norm_w(NH * HD))
+            w.add_tensor(p + "attn_k_norm.weight", norm_w(kv * HD))
+        w.add_tensor(p + "attn_output.weight", normal((E, NH * HD), sd))
+        w.add_tensor(p + "ffn_norm.weight", norm_w(E))
+        if dense:
+            w.add_tensor(p + "ffn_gate.weight", normal((FF, E), sd))
+            w.add_tensor(p + "ffn_down.weight", normal((E, FF), sd))
+            w.add_tensor(p + "ffn_up.weight", normal((FF, E), sd))
+            continue
+        w.add_tensor(p + "ffn_gate_inp.weight", normal((NX, E), 0.3 * (256.0 / E) ** 0.5))
+        gate = normal((NX, FF, E), sd)
+        up = normal((NX, FF, E), sd)
+        down = normal((NX, E, FF), sd)
         if sp["legacy"]:
-            for e in range(N_EXPERT):
+            for e in range(NX):
                 w.add_tensor(p + "ffn_gate.%d.weight" % e, gate[e])
                 w.add_tensor(p + "ffn_down.%d.weight" % e, down[e])
                 w.add_tensor(p + "ffn_up.%d.weight" % e, up[e])
@@ -174,12 +204,12 @@ def gen_f32(name, path, seed, tok_src):
             w.add_tensor(p + "ffn_down_exps.weight", down)
             w.add_tensor(p + "ffn_up_exps.weight", up)
         if sp["shared"]:
-            w.add_tensor(p + "ffn_gate_inp_shexp.weight", normal(N_EMBD, 0.06))
-            w.add_tensor(p + "ffn_gate_shexp.weight", normal((N_FF_SHEXP, N_EMBD), 0.06))
-            w.add_tensor(p + "ffn_up_shexp.weight", normal((N_FF_SHEXP, N_EMBD), 0.06))
-            w.add_tensor(p + "ffn_down_shexp.weight", normal((N_EMBD, N_FF_SHEXP), 0.06))
-    w.add_tensor("output_norm.weight", norm_w(N_EMBD))
-    w.add_tensor("output.weight", normal((n_vocab, N_EMBD), 0.3))
+            w.add_tensor(p + "ffn_gate_inp_shexp.weight", normal(E, sd))
+            w.add_tensor(p + "ffn_gate_shexp.weight", normal((FS, E), sd))
+            w.add_tensor(p + "ffn_up_shexp.weight", normal((FS, E), sd))
+            w.add_tensor(p + "ffn_down_shexp.weight", normal((E, FS), sd))
+    w.add_tensor("output_norm.weight", norm_w(E))
+    w.add_tensor("output.weight", normal((n_vocab, E), 0.3 * (256.0 / E) ** 0.5))
 
     w.write_header_to_file()
     w.write_kv_data_to_file()
@@ -201,7 +231,8 @@ def main():
     os.makedirs(a.out, exist_ok=True)
     for name in a.names.split(","):
         if name not in SPEC:
-            raise SystemExit("unknown model name %r (have %s)" % (name, ", ".join(NAMES)))
+            raise SystemExit("unknown model name %r (have %s)"
+                             % (name, ", ".join(NAMES + BENCH_NAMES)))
         f32 = os.path.join(a.out, "%s-f32.gguf" % name)
         if a.force or not os.path.exists(f32):
             tmp = f32 + ".tmp"
