@@ -1,17 +1,20 @@
 #!/usr/bin/env bash
-# demo.sh [PROMPT] - `make run`: the main job on the default model, from a
-# fresh clone.  Installs what is missing, fetches the default model, builds
-# and installs opus_pg, creates a local PostgreSQL 15 cluster with opus_pg
-# preloaded, creates the extension, runs opus_generate and opus_chat on
-# PROMPT and prints the answers.  The server is left running; the last lines
-# say how to connect to it and how to stop it.
+# demo.sh [PROMPT [QUESTION]] - `make run`: the main job on the default
+# model, from a fresh clone.  Installs what is missing, fetches the default
+# model, builds and installs opus_pg, creates a local PostgreSQL 15 cluster
+# with opus_pg preloaded, creates the extension, completes PROMPT with
+# opus_generate, answers QUESTION with opus_chat and prints both.  The
+# server is left running; the last lines say how to connect to it and how to
+# stop it.
 #
-# Environment: OPUS_DEMO_DIR (default /tmp/opus_pg_demo), OPUS_DEMO_PORT
-# (default 5499).  Running it again replaces the previous demo cluster.
+# Environment: PROMPT and QUESTION (instead of the arguments), OPUS_DEMO_DIR
+# (default /tmp/opus_pg_demo), OPUS_DEMO_PORT (default 5499).  Running it
+# again replaces the previous demo cluster.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
-PROMPT=${1:-${PROMPT:-What is PostgreSQL? Answer in one sentence.}}
+PROMPT=${1:-${PROMPT:-PostgreSQL is}}
+QUESTION=${2:-${QUESTION:-What is PostgreSQL? Answer in one sentence.}}
 DIR=${OPUS_DEMO_DIR:-/tmp/opus_pg_demo}
 PORT=${OPUS_DEMO_PORT:-5499}
 PG_CONFIG=${PG_CONFIG:-/usr/lib/postgresql/15/bin/pg_config}
@@ -80,13 +83,15 @@ PSQL=("$BIN/psql" -X -h "$DIR" -p "$PORT" -U postgres -d postgres)
 "${PSQL[@]}" -q -c 'CREATE EXTENSION opus_pg'
 "${PSQL[@]}" -c 'SELECT name, architecture, parameters, tensor_type, context_length FROM opus_model'
 
-step "SELECT opus_generate(...)"
-"${PSQL[@]}" -v prompt="$PROMPT" -v ON_ERROR_STOP=1 <<'EOF'
-\echo prompt: :'prompt'
+step "SELECT opus_generate(...) and opus_chat(...)"
+"${PSQL[@]}" -v prompt="$PROMPT" -v question="$QUESTION" -v ON_ERROR_STOP=1 <<'EOF'
 \timing on
-SELECT opus_generate(:'prompt', max_tokens => 64, temperature => 0) AS answer;
-SELECT opus_chat(jsonb_build_array(jsonb_build_object('role', 'user', 'content', :'prompt')),
-                 max_tokens => 64, temperature => 0) AS chat_answer;
+\pset format wrapped
+\pset columns 100
+SELECT :'prompt' || opus_generate(:'prompt', max_tokens => 48, temperature => 0,
+                                  stop => ARRAY[E'\n\n']) AS opus_generate;
+SELECT opus_chat(jsonb_build_array(jsonb_build_object('role', 'user', 'content', :'question')),
+                 max_tokens => 64, temperature => 0) AS opus_chat;
 EOF
 
 cat <<EOF
