@@ -43,7 +43,23 @@
 #define ROW_TILE_DECODE 32		/* weight rows per work unit (few tokens) */
 #define ROW_TILE_MAX 32
 #define TOK_TILE 64				/* tokens per work unit */
-#define MAX_SLOTS 3				/* activation buffers: distinct vec_dot types per matmul group */
+#define MAX_SLOTS 4				/* activation buffers: up to 3 distinct vec_dot types of a
+								 * matmul group's input, and SLOT_FUSED */
+#define SLOT_FUSED 3			/* quantized by the step that produces it (attention, FFN) */
+#define FFN_TILE 32				/* rows per unit of the fused gate/up/SiLU step */
+#define SMALL_N 8				/* up to this many tokens, every thread normalizes them all */
+
+/*
+ * Quantized activation rows for the matmul kernels, one buffer per slot:
+ * xq[slot] is [rows][xq_stride] bytes in the slot's vec_dot type, xs[slot]
+ * the block scales as floats, transposed per group of 8 rows
+ * ([rows / 8][xs_stride], see opus_mm_rows_fn).
+ */
+struct act
+{
+	uint8_t    *xq[MAX_SLOTS];
+	float	   *xs[MAX_SLOTS];
+};
 
 struct opus_fwd_state
 {
@@ -63,11 +79,11 @@ struct opus_fwd_state
 	float	   *att;			/* [n_batch][n_head * head_dim] attention output */
 	float	   *gate;			/* [n_batch][n_ff] */
 	float	   *up;				/* [n_batch][n_ff] */
-	uint8_t    *xq[MAX_SLOTS];	/* [n_batch][xq_stride] quantized activations */
+	struct act *shared;			/* [n_batch] rows of quantized activations */
+	struct act *priv;			/* [n_threads]: SMALL_N rows each, one per thread */
+	float	   *priv_xn;		/* [n_threads][SMALL_N][n_embd] */
 	size_t		xq_stride;		/* bytes of the widest quantized input row */
-	float	   *xs[MAX_SLOTS];	/* [n_batch / 8][xs_stride] their block scales as f32,
-								 * transposed per group of 8 tokens (tiled kernels) */
-	size_t		xs_stride;		/* floats per group: 2 * 8 * blocks of the widest row */
+	size_t		xs_stride;		/* floats per group of 8 tokens: 2 * 8 * blocks of the widest row */
 	float	   *rope_cos;		/* [n_batch][rope_dim / 2] */
 	float	   *rope_sin;		/* [n_batch][rope_dim / 2] */
 	float	   *scores;			/* [n_threads][scores_stride] attention weights */
@@ -85,6 +101,7 @@ struct opus_fwd_state
 	struct opus_ctx *c;
 	struct opus_batch_item *items;
 	int			n_tok;
+	bool		single;			/* no sequence has two tokens in the batch */
 
 	/* kernels */
 	bool		tiled;			/* AVX2 tile kernels available */
@@ -185,45 +202,55 @@ assign_slots(struct mm_job *jobs, int n_jobs, enum opus_qtype *types)
 }
 
 /*
- * Quantize row t (n floats at src) into every slot type; for the Q8_0/Q8_1
- * activations of the tiled kernels also store the block scales as floats
- * (d[nb], then s[nb] for Q8_1).
+ * Quantize elements [off, off + len) of row t (src points at the row, n
+ * elements in all) into slot `slot` of act, type `type`.  off and len must
+ * be multiples of the type's block size.  For the Q8_0/Q8_1 activations of
+ * the tiled kernels also store the block scales as floats.
  */
 static void
-quantize_row(struct opus_fwd_state *fs, const float *src, int64_t n, int t,
-			 const enum opus_qtype *types, int n_types)
+quantize_part(struct opus_fwd_state *fs, struct act *act, int slot,
+			  enum opus_qtype type, const float *src, int64_t n, int64_t off,
+			  int64_t len, int t)
 {
-	for (int s = 0; s < n_types; s++)
+	const struct opus_qtype_info *qi = opus_qtype_info(type);
+	uint8_t    *dst = act->xq[slot] + (size_t) t * fs->xq_stride +
+		(size_t) (off / qi->block_size) * qi->type_size;
+	float	   *xs = act->xs[slot] + (size_t) (t / 8) * fs->xs_stride + t % 8;
+	int64_t		nb = n / 32;
+
+	qi->from_float(src + off, dst, len);
+	if (!fs->tiled)
+		return;
+	if (type == OPUS_TYPE_Q8_1)
 	{
-		uint8_t    *dst = fs->xq[s] + (size_t) t * fs->xq_stride;
-		float	   *xs = fs->xs[s] + (size_t) (t / 8) * fs->xs_stride + t % 8;
-		int64_t		nb = n / 32;
-
-		opus_qtype_info(types[s])->from_float(src, dst, n);
-		if (!fs->tiled)
-			continue;
-		if (types[s] == OPUS_TYPE_Q8_1)
+		for (int64_t b = off / 32; b < (off + len) / 32; b++)
 		{
-			for (int64_t b = 0; b < nb; b++)
-			{
-				uint16_t	h[2];
+			uint16_t	h[2];
 
-				memcpy(h, dst + b * 36, sizeof(h));
-				xs[b * 8] = opus_fp16_to_fp32(h[0]);
-				xs[(nb + b) * 8] = opus_fp16_to_fp32(h[1]);
-			}
-		}
-		else if (types[s] == OPUS_TYPE_Q8_0)
-		{
-			for (int64_t b = 0; b < nb; b++)
-			{
-				uint16_t	h;
-
-				memcpy(&h, dst + b * 34, sizeof(h));
-				xs[b * 8] = opus_fp16_to_fp32(h);
-			}
+			memcpy(h, dst + (b - off / 32) * 36, sizeof(h));
+			xs[b * 8] = opus_fp16_to_fp32(h[0]);
+			xs[(nb + b) * 8] = opus_fp16_to_fp32(h[1]);
 		}
 	}
+	else if (type == OPUS_TYPE_Q8_0)
+	{
+		for (int64_t b = off / 32; b < (off + len) / 32; b++)
+		{
+			uint16_t	h;
+
+			memcpy(&h, dst + (b - off / 32) * 34, sizeof(h));
+			xs[b * 8] = opus_fp16_to_fp32(h);
+		}
+	}
+}
+
+/* Quantize a whole row t (n floats) into slots 0..n_types-1. */
+static void
+quantize_row(struct opus_fwd_state *fs, struct act *act, const float *src,
+			 int64_t n, int t, const enum opus_qtype *types, int n_types)
+{
+	for (int s = 0; s < n_types; s++)
+		quantize_part(fs, act, s, types[s], src, n, 0, n, t);
 }
 
 /* The tile kernels for a weight type ([C-1]), or NULL. */
@@ -251,14 +278,56 @@ mm_store(const struct mm_job *job, float *d, int64_t r, float val)
 		d[r] = val;
 }
 
+/* One unit: rows r0..r1 of job's matrix for tokens t0..t1 (t0 a multiple of 8). */
+static void
+mm_unit(struct opus_fwd_state *fs, const struct mm_job *job, const struct act *act,
+		int64_t r0, int64_t r1, int t0, int t1)
+{
+	const struct opus_wmat *W = job->w;
+	opus_mm_rows_fn *tiles = tiles_for(fs, W->type);
+
+	if (tiles)
+	{
+		/* groups of 8 tokens against all the unit's rows */
+		int			nb = (int) (W->n_in / 32);
+		float		out[ROW_TILE_MAX * 8];
+
+		for (int t = t0; t < t1; t += 8)
+		{
+			int			cc = t1 - t < 8 ? t1 - t : 8;
+
+			tiles[cc - 1] (nb, (int) (r1 - r0), W->data + (size_t) r0 * W->row_bytes,
+						   W->row_bytes, act->xq[job->slot] + (size_t) t * fs->xq_stride,
+						   fs->xq_stride, act->xs[job->slot] + (size_t) (t / 8) * fs->xs_stride,
+						   out);
+			for (int c = 0; c < cc; c++)
+			{
+				float	   *d = job->dst_rows ? job->dst_rows[t + c] : job->dst + (t + c) * job->ld;
+
+				for (int64_t r = r0; r < r1; r++)
+					mm_store(job, d, r, out[(r - r0) * 8 + c]);
+			}
+		}
+		return;
+	}
+	for (int t = t0; t < t1; t++)
+	{
+		const uint8_t *xrow = act->xq[job->slot] + (size_t) t * fs->xq_stride;
+		float	   *d = job->dst_rows ? job->dst_rows[t] : job->dst + t * job->ld;
+
+		for (int64_t r = r0; r < r1; r++)
+			mm_store(job, d, r, W->qi->vec_dot(W->n_in, W->data + (size_t) r * W->row_bytes, xrow));
+	}
+}
+
 /*
- * dst rows of every job for n_tok tokens (the inputs already quantized).
+ * dst rows of every job for n_tok tokens (inputs already quantized in act).
  * Units are (row tile, token tile) pairs, row tile major, claimed by threads.
  */
 static void
-matmul(struct wctx *w, struct mm_job *jobs, int n_jobs, int n_tok)
+matmul(struct wctx *w, struct mm_job *jobs, int n_jobs, int n_tok,
+	   const struct act *act)
 {
-	struct opus_fwd_state *fs = w->fs;
 	int			row_tile = n_tok < 4 ? ROW_TILE_DECODE : ROW_TILE;
 	int			n_tt = (n_tok + TOK_TILE - 1) / TOK_TILE;
 	int64_t		tiles_before[8];
@@ -269,15 +338,50 @@ matmul(struct wctx *w, struct mm_job *jobs, int n_jobs, int n_tok)
 		tiles_before[j] = n_units;
 		n_units += (jobs[j].w->n_out + row_tile - 1) / row_tile * n_tt;
 	}
-
 	for (;;)
 	{
 		int64_t		u = claim(w);
 		int			j = n_jobs - 1;
-		const struct mm_job *job;
-		const struct opus_wmat *W;
-		opus_vec_dot_fn vec_dot;
-		opus_mm_rows_fn *tiles;
+		int64_t		r0;
+		int			t0;
+
+		if (u >= n_units)
+			break;
+		while (tiles_before[j] > u)
+			j--;
+		u -= tiles_before[j];
+		r0 = (u / n_tt) * row_tile;
+		t0 = (int) (u % n_tt) * TOK_TILE;
+		mm_unit(w->fs, &jobs[j], act,
+				r0, r0 + row_tile < jobs[j].w->n_out ? r0 + row_tile : jobs[j].w->n_out,
+				t0, t0 + TOK_TILE < n_tok ? t0 + TOK_TILE : n_tok);
+	}
+}
+
+static inline float
+silu_mul(float g, float u)
+{
+	return g / (1.0f + expf(-g)) * u;
+}
+
+/*
+ * Fused feed-forward step: a unit computes rows r0..r1 (FFN_TILE of them) of
+ * both gate and up for a token tile, then h = silu(gate) * up for those rows
+ * and quantizes them (whole blocks) into SLOT_FUSED for the down matrix.
+ */
+static void
+ffn_fused(struct wctx *w, struct mm_job *ffn, int n_tok, const struct act *in,
+		  enum opus_qtype down_type)
+{
+	struct opus_fwd_state *fs = w->fs;
+	int64_t		F = ffn[0].w->n_out;
+	int			n_tt = (n_tok + TOK_TILE - 1) / TOK_TILE;
+	int64_t		n_units = (F + FFN_TILE - 1) / FFN_TILE * n_tt;
+	size_t		xn_ld = (size_t) (fs->c->model->hp.n_embd > F ? fs->c->model->hp.n_embd : F);
+
+	for (;;)
+	{
+		int64_t		u = claim(w);
 		int64_t		r0,
 					r1;
 		int			t0,
@@ -285,49 +389,21 @@ matmul(struct wctx *w, struct mm_job *jobs, int n_jobs, int n_tok)
 
 		if (u >= n_units)
 			break;
-		while (tiles_before[j] > u)
-			j--;
-		job = &jobs[j];
-		W = job->w;
-		vec_dot = W->qi->vec_dot;
-		u -= tiles_before[j];
-		r0 = (u / n_tt) * row_tile;
-		r1 = r0 + row_tile < W->n_out ? r0 + row_tile : W->n_out;
+		r0 = (u / n_tt) * FFN_TILE;
+		r1 = r0 + FFN_TILE < F ? r0 + FFN_TILE : F;
 		t0 = (int) (u % n_tt) * TOK_TILE;
 		t1 = t0 + TOK_TILE < n_tok ? t0 + TOK_TILE : n_tok;
-
-		tiles = tiles_for(fs, W->type);
-		if (tiles)
-		{
-			/* groups of 8 tokens (t0 is a multiple of 8) against all rows */
-			int			nb = (int) (W->n_in / 32);
-			float		out[ROW_TILE_MAX * 8];
-
-			for (int t = t0; t < t1; t += 8)
-			{
-				int			cc = t1 - t < 8 ? t1 - t : 8;
-
-				tiles[cc - 1] (nb, (int) (r1 - r0), W->data + (size_t) r0 * W->row_bytes,
-							   W->row_bytes, fs->xq[job->slot] + (size_t) t * fs->xq_stride,
-							   fs->xq_stride, fs->xs[job->slot] + (size_t) (t / 8) * fs->xs_stride,
-							   out);
-				for (int c = 0; c < cc; c++)
-				{
-					float	   *d = job->dst_rows ? job->dst_rows[t + c] : job->dst + (t + c) * job->ld;
-
-					for (int64_t r = r0; r < r1; r++)
-						mm_store(job, d, r, out[(r - r0) * 8 + c]);
-				}
-			}
-			continue;
-		}
+		mm_unit(fs, &ffn[0], in, r0, r1, t0, t1);
+		mm_unit(fs, &ffn[1], in, r0, r1, t0, t1);
 		for (int t = t0; t < t1; t++)
 		{
-			const uint8_t *xrow = fs->xq[job->slot] + (size_t) t * fs->xq_stride;
-			float	   *d = job->dst_rows ? job->dst_rows[t] : job->dst + t * job->ld;
+			const float *g = fs->gate + (size_t) t * F;
+			const float *up = fs->up + (size_t) t * F;
+			float	   *hb = fs->xn + (size_t) t * xn_ld;
 
-			for (int64_t r = r0; r < r1; r++)
-				mm_store(job, d, r, vec_dot(W->n_in, W->data + (size_t) r * W->row_bytes, xrow));
+			for (int64_t i = r0; i < r1; i++)
+				hb[i] = silu_mul(g[i], up[i]);
+			quantize_part(fs, fs->shared, SLOT_FUSED, down_type, hb, F, r0, r1 - r0, t);
 		}
 	}
 }
@@ -445,6 +521,27 @@ attend_ref(const struct opus_attn_args *a)
 /* Heads per attention work unit (heads of one KV group, at most 3). */
 #define ATTN_MAX_HEADS 3
 
+/* RoPE k (and q) of token t already done; store KV head g of token t into the cache. */
+static void
+store_kv(struct opus_fwd_state *fs, int layer, int t, int g)
+{
+	const struct opus_hparams *hp = &fs->c->model->hp;
+	const struct opus_kv *kv = &fs->c->kv;
+	int			hd = hp->head_dim;
+	int			p = fs->pos[t];
+	int32_t		blk = fs->items[fs->item[t]].seq->blocks[p / kv->block_size];
+	int			slot = p % kv->block_size;
+	const float *kt = fs->k + (size_t) t * hp->n_head_kv * hd + (size_t) g * hd;
+	const float *vt = fs->v + (size_t) t * hp->n_head_kv * hd + (size_t) g * hd;
+	/* K transposed: [kv_head][dim][slot]; V: [kv_head][slot][dim] */
+	uint16_t   *kh = opus_kv_k(kv, blk, layer) + (size_t) g * kv->block_size * hd + slot;
+	uint16_t   *vh = opus_kv_v(kv, blk, layer) + ((size_t) g * kv->block_size + slot) * hd;
+
+	for (int d = 0; d < hd; d++)
+		kh[(size_t) d * kv->block_size] = opus_fp32_to_fp16(kt[d]);
+	fs->to_f16(vh, vt, hd);
+}
+
 /*
  * Attention for heads h0..h0+n_h-1 (one KV group) of batch token t.  The
  * batch's own K/V were stored before this step, so earlier tokens of the
@@ -479,13 +576,50 @@ attend(struct opus_fwd_state *fs, int layer, int t, int h0, int n_h, float *scor
 
 /* ---- the worker: the whole forward pass, one thread's share ---- */
 
+/*
+ * Normalize (and quantize for the slots' types) the N rows of x into act:
+ * split across threads into the shared buffers, or, for a few tokens, all
+ * of them by every thread into its private buffers, which saves a barrier.
+ * Returns the buffers the next matmul reads.
+ */
+static const struct act *
+norm_quantize(struct wctx *w, const float *norm_w, const enum opus_qtype *types,
+			  int n_types)
+{
+	struct opus_fwd_state *fs = w->fs;
+	const struct opus_hparams *hp = &fs->c->model->hp;
+	int			E = hp->n_embd;
+	int			N = fs->n_tok;
+
+	if (N <= SMALL_N && w->nth > 1)
+	{
+		struct act *act = &fs->priv[w->ith];
+		float	   *xn = fs->priv_xn + (size_t) w->ith * SMALL_N * E;
+
+		for (int t = 0; t < N; t++)
+		{
+			rmsnorm(xn + (size_t) t * E, fs->x + (size_t) t * E, norm_w, E, hp->norm_eps);
+			quantize_row(fs, act, xn + (size_t) t * E, E, t, types, n_types);
+		}
+		return act;
+	}
+	for (int t = w->ith; t < N; t += w->nth)
+	{
+		float	   *xn = fs->xn + (size_t) t * E;
+
+		rmsnorm(xn, fs->x + (size_t) t * E, norm_w, E, hp->norm_eps);
+		quantize_row(fs, fs->shared, xn, E, t, types, n_types);
+	}
+	step_barrier(w);
+	return fs->shared;
+}
+
 static void
 forward_worker(void *arg, int ith, int nth)
 {
 	struct opus_fwd_state *fs = arg;
 	const struct opus_model *m = fs->c->model;
 	const struct opus_hparams *hp = &m->hp;
-	const struct opus_kv *kv = &fs->c->kv;
 	struct wctx w = {.fs = fs,.ith = ith,.nth = nth,.phase = 0};
 	int			N = fs->n_tok;
 	int			E = hp->n_embd;
@@ -498,6 +632,8 @@ forward_worker(void *arg, int ith, int nth)
 	float	   *scores = fs->scores + (size_t) ith * fs->scores_stride;
 	int			n_rep = hp->n_head / hp->n_head_kv;
 	int			n_sub = (n_rep + ATTN_MAX_HEADS - 1) / ATTN_MAX_HEADS;	/* units per KV group */
+	/* each attention unit ropes and stores its own token's K/V (decode batches) */
+	bool		fuse_kv = fs->single && n_sub == 1;
 	enum opus_qtype types[MAX_SLOTS];
 	int			n_types;
 
@@ -524,49 +660,34 @@ forward_worker(void *arg, int ith, int nth)
 			{.w = &L->w_up,.dst = fs->up,.ld = F},
 		};
 		struct mm_job down = {.w = &L->w_down,.dst = fs->x,.ld = E,.accumulate = true};
+		enum opus_qtype wo_type = L->wo.qi->vec_dot_type;
+		enum opus_qtype down_type = L->w_down.qi->vec_dot_type;
+		/* attention units quantize their own heads (whole blocks) for Wo */
+		bool		fuse_att_q = hd % opus_qtype_info(wo_type)->block_size == 0;
+		/* gate/up units apply SiLU and quantize their rows for Wdown */
+		bool		fuse_ffn = FFN_TILE % opus_qtype_info(down_type)->block_size == 0;
+		const struct act *in;
 
-		/* attention input: rmsnorm, quantize for Wq/Wk/Wv */
+		/* Q, K, V = Wq,Wk,Wv rmsnorm(x) (+ bias) */
 		n_types = assign_slots(qkv, 3, types);
-		for (int t = ith; t < N; t += nth)
-		{
-			float	   *xn = fs->xn + (size_t) t * E;
-
-			rmsnorm(xn, fs->x + (size_t) t * E, L->attn_norm, E, hp->norm_eps);
-			quantize_row(fs, xn, E, t, types, n_types);
-		}
-		step_barrier(&w);
-
-		matmul(&w, qkv, 3, N);
+		in = norm_quantize(&w, L->attn_norm, types, n_types);
+		matmul(&w, qkv, 3, N, in);
 		step_barrier(&w);
 
 		/* RoPE on q and k; k and v into the cache */
-		for (int t = ith; t < N; t += nth)
+		if (!fuse_kv)
 		{
-			const struct opus_seq *seq = fs->items[fs->item[t]].seq;
-			int			p = fs->pos[t];
-			int32_t		blk = seq->blocks[p / kv->block_size];
-			int			slot = p % kv->block_size;
-			float	   *qt = fs->q + (size_t) t * q_dim;
-			float	   *kt = fs->k + (size_t) t * kv_dim;
-			float	   *vt = fs->v + (size_t) t * kv_dim;
-			uint16_t   *kc = opus_kv_k(kv, blk, il);
-			uint16_t   *vc = opus_kv_v(kv, blk, il);
-
-			rope_apply(qt, hp->n_head, hd, hp->rope_dim, neox,
-					   fs->rope_cos + (size_t) t * half, fs->rope_sin + (size_t) t * half);
-			rope_apply(kt, hp->n_head_kv, hd, hp->rope_dim, neox,
-					   fs->rope_cos + (size_t) t * half, fs->rope_sin + (size_t) t * half);
-			for (int h = 0; h < hp->n_head_kv; h++)
+			for (int t = ith; t < N; t += nth)
 			{
-				/* K transposed: [kv_head][dim][slot]; V: [kv_head][slot][dim] */
-				uint16_t   *kh = kc + (size_t) h * kv->block_size * hd + slot;
-
-				for (int d = 0; d < hd; d++)
-					kh[(size_t) d * kv->block_size] = opus_fp32_to_fp16(kt[(size_t) h * hd + d]);
-				fs->to_f16(vc + ((size_t) h * kv->block_size + slot) * hd, vt + (size_t) h * hd, hd);
+				rope_apply(fs->q + (size_t) t * q_dim, hp->n_head, hd, hp->rope_dim, neox,
+						   fs->rope_cos + (size_t) t * half, fs->rope_sin + (size_t) t * half);
+				rope_apply(fs->k + (size_t) t * kv_dim, hp->n_head_kv, hd, hp->rope_dim, neox,
+						   fs->rope_cos + (size_t) t * half, fs->rope_sin + (size_t) t * half);
+				for (int g = 0; g < hp->n_head_kv; g++)
+					store_kv(fs, il, t, g);
 			}
+			step_barrier(&w);
 		}
-		step_barrier(&w);
 
 		/* attention: (token, KV group, up to 3 of the group's heads) units */
 		for (;;)
@@ -575,49 +696,70 @@ forward_worker(void *arg, int ith, int nth)
 			int			t = u / (hp->n_head_kv * n_sub);
 			int			g = u / n_sub % hp->n_head_kv;
 			int			j = u % n_sub * ATTN_MAX_HEADS;	/* first head within the group */
+			int			h0 = g * n_rep + j;
+			int			n_h = n_rep - j < ATTN_MAX_HEADS ? n_rep - j : ATTN_MAX_HEADS;
 
 			if (u >= N * hp->n_head_kv * n_sub)
 				break;
-			attend(fs, il, t, g * n_rep + j,
-				   n_rep - j < ATTN_MAX_HEADS ? n_rep - j : ATTN_MAX_HEADS, scores);
+			if (fuse_kv)
+			{
+				/* the whole group is this unit's: rope its q heads and k, store k, v */
+				rope_apply(fs->q + (size_t) t * q_dim + (size_t) h0 * hd, n_h, hd,
+						   hp->rope_dim, neox,
+						   fs->rope_cos + (size_t) t * half, fs->rope_sin + (size_t) t * half);
+				rope_apply(fs->k + (size_t) t * kv_dim + (size_t) g * hd, 1, hd,
+						   hp->rope_dim, neox,
+						   fs->rope_cos + (size_t) t * half, fs->rope_sin + (size_t) t * half);
+				store_kv(fs, il, t, g);
+			}
+			attend(fs, il, t, h0, n_h, scores);
+			if (fuse_att_q)
+				quantize_part(fs, fs->shared, SLOT_FUSED, wo_type, fs->att + (size_t) t * q_dim,
+							  q_dim, (int64_t) h0 * hd, (int64_t) n_h * hd, t);
 		}
 		step_barrier(&w);
 
 		/* x += Wo att */
-		n_types = assign_slots(&wo, 1, types);
-		for (int t = ith; t < N; t += nth)
-			quantize_row(fs, fs->att + (size_t) t * q_dim, q_dim, t, types, n_types);
-		step_barrier(&w);
-		matmul(&w, &wo, 1, N);
+		if (fuse_att_q)
+			wo.slot = SLOT_FUSED;
+		else
+		{
+			n_types = assign_slots(&wo, 1, types);
+			for (int t = ith; t < N; t += nth)
+				quantize_row(fs, fs->shared, fs->att + (size_t) t * q_dim, q_dim, t, types, n_types);
+			step_barrier(&w);
+		}
+		matmul(&w, &wo, 1, N, fs->shared);
 		step_barrier(&w);
 
-		/* feed-forward input: rmsnorm, quantize for Wgate/Wup */
+		/* h = silu(Wgate rmsnorm(x)) * Wup rmsnorm(x) */
 		n_types = assign_slots(ffn, 2, types);
-		for (int t = ith; t < N; t += nth)
+		in = norm_quantize(&w, L->ffn_norm, types, n_types);
+		if (fuse_ffn)
 		{
-			float	   *xn = fs->xn + (size_t) t * E;
+			ffn_fused(&w, ffn, N, in, down_type);
+			down.slot = SLOT_FUSED;
+		}
+		else
+		{
+			matmul(&w, ffn, 2, N, in);
+			step_barrier(&w);
+			n_types = assign_slots(&down, 1, types);
+			for (int t = ith; t < N; t += nth)
+			{
+				const float *g = fs->gate + (size_t) t * F;
+				const float *u = fs->up + (size_t) t * F;
+				float	   *hb = fs->xn + (size_t) t * (E > F ? E : F);
 
-			rmsnorm(xn, fs->x + (size_t) t * E, L->ffn_norm, E, hp->norm_eps);
-			quantize_row(fs, xn, E, t, types, n_types);
+				for (int i = 0; i < F; i++)
+					hb[i] = silu_mul(g[i], u[i]);
+				quantize_row(fs, fs->shared, hb, F, t, types, n_types);
+			}
 		}
 		step_barrier(&w);
-		matmul(&w, ffn, 2, N);
-		step_barrier(&w);
 
-		/* h = silu(gate) * up, quantize for Wdown */
-		n_types = assign_slots(&down, 1, types);
-		for (int t = ith; t < N; t += nth)
-		{
-			const float *g = fs->gate + (size_t) t * F;
-			const float *u = fs->up + (size_t) t * F;
-			float	   *hb = fs->xn + (size_t) t * (E > F ? E : F);
-
-			for (int i = 0; i < F; i++)
-				hb[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
-			quantize_row(fs, hb, F, t, types, n_types);
-		}
-		step_barrier(&w);
-		matmul(&w, &down, 1, N);
+		/* x += Wdown h */
+		matmul(&w, &down, 1, N, fs->shared);
 		step_barrier(&w);
 	}
 
@@ -632,10 +774,10 @@ forward_worker(void *arg, int ith, int nth)
 			float	   *xn = fs->xn + (size_t) k * (E > F ? E : F);
 
 			rmsnorm(xn, fs->x + (size_t) fs->out_tok[k] * E, m->output_norm, E, hp->norm_eps);
-			quantize_row(fs, xn, E, k, types, n_types);
+			quantize_row(fs, fs->shared, xn, E, k, types, n_types);
 		}
 		step_barrier(&w);
-		matmul(&w, &out, 1, fs->n_out);
+		matmul(&w, &out, 1, fs->n_out, fs->shared);
 	}
 }
 
@@ -712,12 +854,28 @@ opus_fwd_state_create(struct opus_ctx *c, struct opus_error *err)
 	ALLOC(fs->att, B * q_dim);
 	ALLOC(fs->gate, B * F);
 	ALLOC(fs->up, B * F);
+	ALLOC(fs->shared, 1);
+	ALLOC(fs->priv, (size_t) fs->n_threads);
+	ALLOC(fs->priv_xn, (size_t) fs->n_threads * SMALL_N * E);
+	if (!ok)
+		return opus_error_set(err, OPUS_ERR_NOMEM, "out of memory for forward buffers");
+	memset(fs->shared, 0, sizeof(struct act));
+	memset(fs->priv, 0, sizeof(struct act) * fs->n_threads);
 	for (int s = 0; s < MAX_SLOTS; s++)
 	{
-		ALLOC(fs->xq[s], B * fs->xq_stride);
-		ALLOC(fs->xs[s], (B + 7) / 8 * fs->xs_stride);
-		if (fs->xs[s])
-			memset(fs->xs[s], 0, (B + 7) / 8 * fs->xs_stride * sizeof(float));
+		size_t		groups = (B + 7) / 8;
+
+		ALLOC(fs->shared->xq[s], B * fs->xq_stride);
+		ALLOC(fs->shared->xs[s], groups * fs->xs_stride);
+		if (fs->shared->xs[s])
+			memset(fs->shared->xs[s], 0, groups * fs->xs_stride * sizeof(float));
+		for (int i = 0; i < fs->n_threads; i++)
+		{
+			ALLOC(fs->priv[i].xq[s], SMALL_N * fs->xq_stride);
+			ALLOC(fs->priv[i].xs[s], (SMALL_N + 7) / 8 * fs->xs_stride);
+			if (fs->priv[i].xs[s])
+				memset(fs->priv[i].xs[s], 0, (SMALL_N + 7) / 8 * fs->xs_stride * sizeof(float));
+		}
 	}
 	ALLOC(fs->rope_cos, B * (hp->rope_dim / 2 + 1));
 	ALLOC(fs->rope_sin, B * (hp->rope_dim / 2 + 1));
@@ -770,9 +928,20 @@ opus_fwd_state_free(struct opus_fwd_state *fs)
 	free(fs->up);
 	for (int s = 0; s < MAX_SLOTS; s++)
 	{
-		free(fs->xq[s]);
-		free(fs->xs[s]);
+		if (fs->shared)
+		{
+			free(fs->shared->xq[s]);
+			free(fs->shared->xs[s]);
+		}
+		for (int i = 0; fs->priv && i < fs->n_threads; i++)
+		{
+			free(fs->priv[i].xq[s]);
+			free(fs->priv[i].xs[s]);
+		}
 	}
+	free(fs->shared);
+	free(fs->priv);
+	free(fs->priv_xn);
 	free(fs->rope_cos);
 	free(fs->rope_sin);
 	free(fs->scores);
@@ -924,6 +1093,10 @@ opus_forward(struct opus_ctx *c, struct opus_batch_item *items, int n_items,
 	}
 	fs->items = items;
 	fs->n_tok = (int) n_tok;
+	fs->single = true;
+	for (int i = 0; i < n_items; i++)
+		if (items[i].n_tokens > 1)
+			fs->single = false;
 	for (int k = 0; k < 3; k++)
 		atomic_store(&fs->ctr[k].next, 0);
 

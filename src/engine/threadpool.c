@@ -4,10 +4,16 @@
  *
  * Synchronisation: the caller publishes (fn, arg) and bumps `gen`; workers
  * waiting for a new generation spin for a while, then sleep on a futex on
- * `gen`.  The caller only issues the futex wake when some worker announced
- * (via `n_sleeping`) that it may be asleep; both sides use sequentially
- * consistent atomics so a wake-up cannot be lost.  Completion is counted in
- * `n_done`, which the caller spins on.
+ * `gen`.  The barrier works the same way on `bar_gen`: the last thread to
+ * arrive bumps it; the others spin briefly, then sleep.  A futex wake is
+ * only issued when some thread announced (via a sleeper count) that it may
+ * be asleep; both sides use sequentially consistent atomics, so a wake-up
+ * cannot be lost.  A region ends with a barrier, so opus_pool_run returns
+ * when every thread is done.
+ *
+ * Spinning keeps the many short steps of a decode pass cheap on an idle
+ * machine; sleeping soon after keeps an oversubscribed machine (more
+ * runnable threads than cores) from burning the CPU the late thread needs.
  */
 #include "threadpool.h"
 
@@ -15,7 +21,6 @@
 #include <limits.h>
 #include <linux/futex.h>
 #include <pthread.h>
-#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
@@ -29,9 +34,9 @@
 #endif
 
 /* Pause-loop iterations before a worker goes to sleep between regions. */
-#define SPIN_BEFORE_SLEEP 20000
-/* Pause-loop iterations before a waiter starts yielding the CPU. */
-#define SPIN_BEFORE_YIELD 2000
+#define SPIN_BEFORE_SLEEP 5000
+/* Pause-loop iterations before a thread waiting at a barrier sleeps. */
+#define SPIN_AT_BARRIER 1000
 
 struct opus_pool
 {
@@ -44,9 +49,9 @@ struct opus_pool
 
 	_Alignas(64) atomic_uint gen;	/* bumped for each region */
 	_Alignas(64) atomic_int n_sleeping;
-	_Alignas(64) atomic_int n_done;	/* workers finished with this region */
 	_Alignas(64) atomic_int bar_count;
 	_Alignas(64) atomic_uint bar_gen;
+	_Alignas(64) atomic_int bar_sleeping;
 	_Alignas(64) atomic_int stop;
 };
 
@@ -107,7 +112,7 @@ worker_main(void *varg)
 		if (atomic_load(&p->stop))
 			break;
 		p->fn(p->arg, wa->ith, p->n_threads);
-		atomic_fetch_add_explicit(&p->n_done, 1, memory_order_acq_rel);
+		opus_pool_barrier(p);
 	}
 	return NULL;
 }
@@ -129,9 +134,9 @@ opus_pool_create(int n_threads, struct opus_pool **out, struct opus_error *err)
 	p->n_threads = n_threads;
 	atomic_init(&p->gen, 0);
 	atomic_init(&p->n_sleeping, 0);
-	atomic_init(&p->n_done, 0);
 	atomic_init(&p->bar_count, 0);
 	atomic_init(&p->bar_gen, 0);
+	atomic_init(&p->bar_sleeping, 0);
 	atomic_init(&p->stop, 0);
 	if (n_threads > 1)
 	{
@@ -193,8 +198,6 @@ opus_pool_size(const struct opus_pool *p)
 void
 opus_pool_run(struct opus_pool *p, opus_pool_fn fn, void *arg)
 {
-	int			spins = 0;
-
 	if (p->n_threads == 1)
 	{
 		fn(arg, 0, 1);
@@ -202,42 +205,41 @@ opus_pool_run(struct opus_pool *p, opus_pool_fn fn, void *arg)
 	}
 	p->fn = fn;
 	p->arg = arg;
-	atomic_store(&p->n_done, 0);
 	atomic_fetch_add(&p->gen, 1);
 	if (atomic_load(&p->n_sleeping) > 0)
 		futex_wake_all(&p->gen);
 
 	fn(arg, 0, p->n_threads);
-
-	while (atomic_load_explicit(&p->n_done, memory_order_acquire) != p->n_threads - 1)
-	{
-		if (++spins < SPIN_BEFORE_YIELD)
-			cpu_relax();
-		else
-			sched_yield();
-	}
+	opus_pool_barrier(p);
 }
 
 void
 opus_pool_barrier(struct opus_pool *p)
 {
 	unsigned int g;
-	int			spins = 0;
 
 	if (p->n_threads == 1)
 		return;
 	g = atomic_load(&p->bar_gen);
 	if (atomic_fetch_add(&p->bar_count, 1) == p->n_threads - 1)
 	{
+		/* last to arrive: release the others */
 		atomic_store(&p->bar_count, 0);
 		atomic_fetch_add(&p->bar_gen, 1);
+		if (atomic_load(&p->bar_sleeping) > 0)
+			futex_wake_all(&p->bar_gen);
 		return;
 	}
-	while (atomic_load_explicit(&p->bar_gen, memory_order_acquire) == g)
+	for (int i = 0; i < SPIN_AT_BARRIER; i++)
 	{
-		if (++spins < SPIN_BEFORE_YIELD)
-			cpu_relax();
-		else
-			sched_yield();
+		if (atomic_load_explicit(&p->bar_gen, memory_order_acquire) != g)
+			return;
+		cpu_relax();
+	}
+	while (atomic_load(&p->bar_gen) == g)
+	{
+		atomic_fetch_add(&p->bar_sleeping, 1);
+		futex_wait(&p->bar_gen, g);
+		atomic_fetch_sub(&p->bar_sleeping, 1);
 	}
 }
