@@ -71,8 +71,8 @@ remember(uint8 kind, const OpusResult *res)
  * --------------------------------------------------------------------- */
 
 /* Server-encoded bytes -> UTF-8 (may return the input pointer). */
-static const char *
-to_utf8(const char *s, size_t len, size_t *out_len)
+const char *
+OpusTextToUtf8(const char *s, size_t len, size_t *out_len)
 {
 	char	   *r = pg_server_to_any(s, (int) len, PG_UTF8);
 
@@ -85,8 +85,8 @@ to_utf8(const char *s, size_t len, size_t *out_len)
  * Invalid UTF-8 (a model can emit a partial character at the very end) is
  * replaced with U+FFFD so the result is always valid text.
  */
-static char *
-from_utf8(const char *s, size_t len)
+char *
+OpusTextFromUtf8(const char *s, size_t len)
 {
 	StringInfoData buf;
 	size_t		i = 0;
@@ -132,8 +132,8 @@ range_error(const char *name, const char *range, double v)
 			 errdetail("The value given was %g.", v)));
 }
 
-static void
-parse_options(FunctionCallInfo fcinfo, OpusRequest *req)
+void
+OpusParseOptions(FunctionCallInfo fcinfo, OpusRequest *req)
 {
 	struct opus_proto_params *p = &req->params;
 	double		v;
@@ -220,7 +220,7 @@ parse_options(FunctionCallInfo fcinfo, OpusRequest *req)
 						(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
 						 errmsg("stop strings must not be null")));
 			t = DatumGetTextPP(elems[i]);
-			s = to_utf8(VARDATA_ANY(t), VARSIZE_ANY_EXHDR(t), &len);
+			s = OpusTextToUtf8(VARDATA_ANY(t), VARSIZE_ANY_EXHDR(t), &len);
 			if (len == 0 || len > OPUS_PROTO_MAX_STOP_LEN)
 				ereport(ERROR,
 						(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
@@ -234,8 +234,8 @@ parse_options(FunctionCallInfo fcinfo, OpusRequest *req)
 }
 
 /* what_is: "prompt is", "chat messages are", ... */
-static void
-check_prompt_size(size_t len, const char *what_is)
+void
+OpusCheckPromptSize(size_t len, const char *what_is)
 {
 	if (len > (size_t) opus_max_prompt_bytes)
 		ereport(ERROR,
@@ -255,8 +255,8 @@ parse_prompt(FunctionCallInfo fcinfo, OpusRequest *req)
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
 				 errmsg("prompt must not be null")));
 	t = PG_GETARG_TEXT_PP(0);
-	req->text = to_utf8(VARDATA_ANY(t), VARSIZE_ANY_EXHDR(t), &req->text_len);
-	check_prompt_size(req->text_len, "prompt is");
+	req->text = OpusTextToUtf8(VARDATA_ANY(t), VARSIZE_ANY_EXHDR(t), &req->text_len);
+	OpusCheckPromptSize(req->text_len, "prompt is");
 }
 
 static void
@@ -279,16 +279,21 @@ messages_error(int index, const char *problem)
 static void
 parse_messages(FunctionCallInfo fcinfo, OpusRequest *req)
 {
-	Jsonb	   *jb;
-	int			n;
-	int			i;
-	size_t		total = 0;
-
 	if (PG_ARGISNULL(0))
 		ereport(ERROR,
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
 				 errmsg("messages must not be null")));
-	jb = PG_GETARG_JSONB_P(0);
+	OpusParseMessages(PG_GETARG_JSONB_P(0), req);
+}
+
+/* OpenAI-form chat messages into req (pointers into jb). */
+void
+OpusParseMessages(Jsonb *jb, OpusRequest *req)
+{
+	int			n;
+	int			i;
+	size_t		total = 0;
+
 	if (!JB_ROOT_IS_ARRAY(jb) || JB_ROOT_IS_SCALAR(jb))
 		messages_error(-1, "The value is not a JSON array.");
 	n = JB_ROOT_COUNT(jb);
@@ -325,10 +330,10 @@ parse_messages(FunctionCallInfo fcinfo, OpusRequest *req)
 		if (!getKeyJsonValueFromContainer(elem->val.binary.data, "content", 7, &v) ||
 			v.type != jbvString)
 			messages_error(i, "The message has no string \"content\".");
-		req->contents[i] = to_utf8(v.val.string.val, v.val.string.len, &req->content_lens[i]);
+		req->contents[i] = OpusTextToUtf8(v.val.string.val, v.val.string.len, &req->content_lens[i]);
 		total += req->content_lens[i];
 	}
-	check_prompt_size(total, "chat messages are");
+	OpusCheckPromptSize(total, "chat messages are");
 }
 
 /* ---------------------------------------------------------------------
@@ -345,7 +350,7 @@ run_generation(FunctionCallInfo fcinfo, uint8 kind, OpusRequest *req, OpusResult
 		parse_messages(fcinfo, req);
 	else
 		parse_prompt(fcinfo, req);
-	parse_options(fcinfo, req);
+	OpusParseOptions(fcinfo, req);
 	OpusRunRequest(req, res);
 	remember(kind, res);
 }
@@ -357,7 +362,7 @@ opus_generate(PG_FUNCTION_ARGS)
 	OpusResult	res;
 
 	run_generation(fcinfo, OPUS_KIND_GENERATE, &req, &res);
-	PG_RETURN_TEXT_P(cstring_to_text(from_utf8(res.data, res.len)));
+	PG_RETURN_TEXT_P(cstring_to_text(OpusTextFromUtf8(res.data, res.len)));
 }
 
 Datum
@@ -367,7 +372,7 @@ opus_chat(PG_FUNCTION_ARGS)
 	OpusResult	res;
 
 	run_generation(fcinfo, OPUS_KIND_CHAT, &req, &res);
-	PG_RETURN_TEXT_P(cstring_to_text(from_utf8(res.data, res.len)));
+	PG_RETURN_TEXT_P(cstring_to_text(OpusTextFromUtf8(res.data, res.len)));
 }
 
 /* The served model's short name: the file name without ".gguf". */
@@ -389,11 +394,11 @@ served_model_name(void)
 	return base;
 }
 
-static Datum
-completion_jsonb(bool chat, const OpusResult *res)
+Datum
+OpusCompletionJsonb(bool chat, const OpusResult *res)
 {
 	StringInfoData buf;
-	char	   *content = from_utf8(res->data, res->len);
+	char	   *content = OpusTextFromUtf8(res->data, res->len);
 	const char *finish = res->finish == OPUS_PROTO_FINISH_LENGTH ? "length" : "stop";
 	uint64		r = pg_prng_uint64(&pg_global_prng_state);
 
@@ -436,7 +441,7 @@ opus_completion(PG_FUNCTION_ARGS)
 	OpusResult	res;
 
 	run_generation(fcinfo, OPUS_KIND_GENERATE, &req, &res);
-	PG_RETURN_DATUM(completion_jsonb(false, &res));
+	PG_RETURN_DATUM(OpusCompletionJsonb(false, &res));
 }
 
 Datum
@@ -446,7 +451,7 @@ opus_chat_completion(PG_FUNCTION_ARGS)
 	OpusResult	res;
 
 	run_generation(fcinfo, OPUS_KIND_CHAT, &req, &res);
-	PG_RETURN_DATUM(completion_jsonb(true, &res));
+	PG_RETURN_DATUM(OpusCompletionJsonb(true, &res));
 }
 
 /* ---------------------------------------------------------------------
@@ -485,9 +490,9 @@ opus_tokenize(PG_FUNCTION_ARGS)
 	{
 		text	   *t = PG_GETARG_TEXT_PP(0);
 
-		req.text = to_utf8(VARDATA_ANY(t), VARSIZE_ANY_EXHDR(t), &req.text_len);
+		req.text = OpusTextToUtf8(VARDATA_ANY(t), VARSIZE_ANY_EXHDR(t), &req.text_len);
 	}
-	check_prompt_size(req.text_len, "text to tokenize is");
+	OpusCheckPromptSize(req.text_len, "text to tokenize is");
 	OpusRunRequest(&req, &res);
 	remember(OPUS_KIND_TOKENIZE, &res);
 
@@ -546,7 +551,7 @@ opus_detokenize(PG_FUNCTION_ARGS)
 		PG_RETURN_TEXT_P(cstring_to_text(""));
 	OpusRunRequest(&req, &res);
 	remember(OPUS_KIND_DETOKENIZE, &res);
-	PG_RETURN_TEXT_P(cstring_to_text(from_utf8(res.data, res.len)));
+	PG_RETURN_TEXT_P(cstring_to_text(OpusTextFromUtf8(res.data, res.len)));
 }
 
 /* ---------------------------------------------------------------------

@@ -142,6 +142,7 @@ opus_define_settings(void)
 							PGC_USERSET,
 							GUC_UNIT_BYTE,
 							NULL, NULL, NULL);
+	OpusDefineAsyncSettings();
 	/*
 	 * Settings that size shared memory or name the engine only exist when
 	 * preloaded: PostgreSQL refuses PGC_POSTMASTER variables after start-up.

@@ -11,9 +11,11 @@
 
 #include "postgres.h"
 
+#include "fmgr.h"
 #include "storage/condition_variable.h"
 #include "storage/latch.h"
 #include "storage/spin.h"
+#include "utils/jsonb.h"
 #include "utils/timestamp.h"
 
 #include "protocol.h"
@@ -61,6 +63,8 @@ typedef struct OpusSlot
 	Oid			dbid;
 	uint8		kind;			/* enum opus_proto_kind */
 	TimestampTz submit_time;
+	bool		async;			/* opus_submit: outlives the call (async.c) */
+	TimestampTz finish_time;	/* when it became DONE/ERROR (supervisor) */
 	ConditionVariable cv;		/* broadcast when state becomes DONE/ERROR */
 
 	/* Written by the backend while FILLING, read by the supervisor. */
@@ -172,7 +176,27 @@ typedef struct OpusResult
 } OpusResult;
 
 extern void OpusRunRequest(const OpusRequest *req, OpusResult *res);
+extern void OpusCheckRequestSize(const OpusRequest *req);
+extern int	OpusClaimSlot(uint8 kind, bool async, uint64 *id_out, bool missing_ok);
+extern void OpusSubmitSlot(OpusSlot *slot, const OpusRequest *req, TimestampTz start);
+extern void OpusAbandonRequest(uint64 id);
+extern int	OpusCollectResult(OpusSlot *slot, OpusResult *res, char *err_message, char *err_detail);
 extern void OpusWaitEngineReady(struct opus_proto_ready *info, char *path, size_t pathlen);
+
+/* ---- argument handling shared by the SQL functions (functions.c) ---- */
+
+extern const char *OpusTextToUtf8(const char *s, size_t len, size_t *out_len);
+extern char *OpusTextFromUtf8(const char *s, size_t len);
+extern void OpusParseOptions(FunctionCallInfo fcinfo, OpusRequest *req);
+extern void OpusCheckPromptSize(size_t len, const char *what_is);
+extern void OpusParseMessages(Jsonb *jb, OpusRequest *req);
+extern Datum OpusCompletionJsonb(bool chat, const OpusResult *res);
+
+/* ---- asynchronous requests (async.c) ---- */
+
+extern int	opus_max_async_requests;
+extern int	opus_async_retention_s;
+extern void OpusDefineAsyncSettings(void);
 
 /* ---- errors (errors.c) ---- */
 

@@ -10,6 +10,9 @@
  * ERROR or FATAL): it marks the slot CANCELLED, so the supervisor tells the
  * engine to drop the request and frees the slot.  Slot ownership follows
  * the rules at the top of shmem.c.
+ *
+ * The steps (claim, submit, collect, abandon) are exported for async.c,
+ * which submits requests nobody waits on and keeps several in flight.
  */
 #include "postgres.h"
 
@@ -145,9 +148,14 @@ encode_request(const OpusRequest *req, char *buf, Size cap)
 	return (uint32) w.len;
 }
 
-/* Claim a free slot (FREE -> FILLING) or raise 53000. */
-static int
-claim_slot(uint8 kind, uint64 *id_out)
+/*
+ * Claim a free slot (FREE -> FILLING) for a request of `kind`; `async`
+ * marks a request that outlives the call (opus_submit, see async.c).
+ * Returns the slot index and its new request id, or -1 when every slot is
+ * busy and missing_ok; otherwise a full queue raises 53000.
+ */
+int
+OpusClaimSlot(uint8 kind, bool async, uint64 *id_out, bool missing_ok)
 {
 	int			n = OpusShared->n_slots;
 	int			k;
@@ -171,6 +179,8 @@ claim_slot(uint8 kind, uint64 *id_out)
 			slot->backend_pid = MyProcPid;
 			slot->userid = GetUserId();
 			slot->dbid = MyDatabaseId;
+			slot->async = async;
+			slot->finish_time = 0;
 			*id_out = slot->request_id;
 			got = true;
 		}
@@ -182,6 +192,8 @@ claim_slot(uint8 kind, uint64 *id_out)
 			return i;
 		}
 	}
+	if (missing_ok)
+		return -1;
 	ereport(ERROR,
 			(errcode(ERRCODE_INSUFFICIENT_RESOURCES),
 			 errmsg("opus request queue is full"),
@@ -229,13 +241,90 @@ wait_for_slot(OpusSlot *slot, TimestampTz start)
 }
 
 /*
+ * Raise 54000 unless req's SUBMIT payload fits a slot buffer.  Call before
+ * claiming a slot.
+ */
+void
+OpusCheckRequestSize(const OpusRequest *req)
+{
+	Size		need = payload_size(req);
+
+	if (need > OpusShared->slot_buf_size)
+		ereport(ERROR,
+				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+				 errmsg("opus request is too large"),
+				 errdetail("The request needs %zu bytes, but opus.request_buffer_size is %zu bytes.",
+						   (size_t) need, (size_t) OpusShared->slot_buf_size)));
+}
+
+/*
+ * Copy req into the slot the caller claimed (FILLING, size checked) and
+ * hand it to the supervisor: FILLING -> SUBMITTED.
+ */
+void
+OpusSubmitSlot(OpusSlot *slot, const OpusRequest *req, TimestampTz start)
+{
+	slot->payload_len = encode_request(req, OpusSlotBuf(slot), OpusShared->slot_buf_size);
+	slot->result_len = 0;
+	slot->err_code = 0;
+	slot->submit_time = start;
+	pg_write_barrier();
+	SpinLockAcquire(&slot->mutex);
+	slot->state = OPUS_SLOT_SUBMITTED;
+	SpinLockRelease(&slot->mutex);
+	OpusWakeSupervisor();
+}
+
+/* Give up on request `id` (see abandon_request); a no-op once it is gone. */
+void
+OpusAbandonRequest(uint64 id)
+{
+	abandon_request(0, Int64GetDatum((int64) id));
+}
+
+/*
+ * Copy the outcome of a finished slot (DONE or ERROR, owned by the caller)
+ * out.  Returns 0 and fills *res (data palloc'd in the current context), or
+ * returns the error code and fills message and detail (OPUS_PROTO_MSG_LEN
+ * bytes each).  Does not free the slot.
+ */
+int
+OpusCollectResult(OpusSlot *slot, OpusResult *res, char *err_message, char *err_detail)
+{
+	int			err_code = slot->err_code;
+
+	pg_read_barrier();
+	memset(res, 0, sizeof(*res));
+	res->request_id = slot->request_id;
+	if (slot->state == OPUS_SLOT_ERROR || err_code != 0)
+	{
+		if (err_code == 0)
+			err_code = OPUS_PROTO_ERR_INTERNAL;
+		strlcpy(err_message, slot->err_message, OPUS_PROTO_MSG_LEN);
+		strlcpy(err_detail, slot->err_detail, OPUS_PROTO_MSG_LEN);
+		return err_code;
+	}
+	res->len = slot->result_len;
+	res->data = palloc(res->len + 1);
+	memcpy(res->data, OpusSlotBuf(slot), res->len);
+	res->data[res->len] = '\0';
+	res->finish = slot->finish;
+	res->n_prompt = slot->n_prompt;
+	res->n_completion = slot->n_completion;
+	res->n_cached = slot->n_cached;
+	res->queue_ms = slot->queue_ms;
+	res->ttft_ms = slot->ttft_ms;
+	res->total_ms = slot->total_ms;
+	return 0;
+}
+
+/*
  * Run one request to completion.  On success fills *res (data palloc'd in
  * the current memory context); on any failure raises the mapped SQLSTATE.
  */
 void
 OpusRunRequest(const OpusRequest *req, OpusResult *res)
 {
-	Size		need;
 	uint64		id = 0;
 	int			index;
 	OpusSlot   *slot;
@@ -245,55 +334,15 @@ OpusRunRequest(const OpusRequest *req, OpusResult *res)
 	char		err_detail[OPUS_PROTO_MSG_LEN];
 
 	OpusCheckPreloaded();
-	need = payload_size(req);
-	if (need > OpusShared->slot_buf_size)
-		ereport(ERROR,
-				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
-				 errmsg("opus request is too large"),
-				 errdetail("The request needs %zu bytes, but opus.request_buffer_size is %zu bytes.",
-						   (size_t) need, (size_t) OpusShared->slot_buf_size)));
-
-	index = claim_slot(req->kind, &id);
+	OpusCheckRequestSize(req);
+	index = OpusClaimSlot(req->kind, false, &id, false);
 	slot = OpusGetSlot(index);
 
 	PG_ENSURE_ERROR_CLEANUP(abandon_request, Int64GetDatum((int64) id));
 	{
-		slot->payload_len = encode_request(req, OpusSlotBuf(slot), OpusShared->slot_buf_size);
-		slot->result_len = 0;
-		slot->err_code = 0;
-		slot->submit_time = start;
-		pg_write_barrier();
-		SpinLockAcquire(&slot->mutex);
-		slot->state = OPUS_SLOT_SUBMITTED;
-		SpinLockRelease(&slot->mutex);
-		OpusWakeSupervisor();
-
+		OpusSubmitSlot(slot, req, start);
 		wait_for_slot(slot, start);
-
-		memset(res, 0, sizeof(*res));
-		res->request_id = id;
-		err_code = slot->err_code;
-		if (slot->state == OPUS_SLOT_ERROR || err_code != 0)
-		{
-			if (err_code == 0)
-				err_code = OPUS_PROTO_ERR_INTERNAL;
-			strlcpy(err_message, slot->err_message, sizeof(err_message));
-			strlcpy(err_detail, slot->err_detail, sizeof(err_detail));
-		}
-		else
-		{
-			res->len = slot->result_len;
-			res->data = palloc(res->len + 1);
-			memcpy(res->data, OpusSlotBuf(slot), res->len);
-			res->data[res->len] = '\0';
-			res->finish = slot->finish;
-			res->n_prompt = slot->n_prompt;
-			res->n_completion = slot->n_completion;
-			res->n_cached = slot->n_cached;
-			res->queue_ms = slot->queue_ms;
-			res->ttft_ms = slot->ttft_ms;
-			res->total_ms = slot->total_ms;
-		}
+		err_code = OpusCollectResult(slot, res, err_message, err_detail);
 		SpinLockAcquire(&slot->mutex);
 		slot->state = OPUS_SLOT_FREE;
 		SpinLockRelease(&slot->mutex);

@@ -36,6 +36,11 @@
  * So a backend only ever moves a slot out of FREE, FILLING, DONE and ERROR,
  * or into CANCELLED; the supervisor moves it out of SUBMITTED, RUNNING and
  * CANCELLED.  No spinlock is held across anything but a few assignments.
+ *
+ * A slot with `async` set (opus_submit) belongs to no backend once
+ * SUBMITTED: any backend of a role with the submitter's privileges may
+ * cancel it, and may take a DONE/ERROR result by moving it to FILLING
+ * (then FREE after copying); unread results expire.  See async.c.
  */
 #include "postgres.h"
 

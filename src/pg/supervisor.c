@@ -240,6 +240,7 @@ fail_slot(int i, int code, const char *message, const char *detail)
 	strlcpy(slot->err_detail, detail ? detail : "", sizeof(slot->err_detail));
 	slot->finish = OPUS_PROTO_FINISH_ERROR;
 	slot->result_len = 0;
+	slot->finish_time = GetCurrentTimestamp();
 	pg_write_barrier();
 	SpinLockAcquire(&slot->mutex);
 	if (slot->state == OPUS_SLOT_SUBMITTED || slot->state == OPUS_SLOT_RUNNING)
@@ -771,6 +772,7 @@ finish_slot(int i, const struct opus_proto_done *d)
 	}
 	else
 		slot->err_code = 0;
+	slot->finish_time = GetCurrentTimestamp();
 	pg_write_barrier();
 	SpinLockAcquire(&slot->mutex);
 	if (slot->state == OPUS_SLOT_RUNNING)
