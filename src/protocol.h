@@ -22,7 +22,11 @@
  *                          or FATAL (status code, message), then exit(1)
  *   supervisor -> engine   SUBMIT(id, ...), CANCEL(id), PING
  *   engine -> supervisor   TEXT(id, bytes)*, TOKENS(id, ids)*, then exactly
- *                          one DONE(id, ...) per SUBMIT; STATS; PONG
+ *                          one DONE(id, ...) per SUBMIT; PROGRESS(id, ...)
+ *                          while a generation is queued or running (after
+ *                          each step in which it changed); STATS (when the
+ *                          request counts change, and every 250 ms while
+ *                          busy); PONG
  *
  * Nobody trusts the other side: every parse function below validates every
  * field (sizes, ranges, finite floats, enum values, NUL bytes in strings)
@@ -46,7 +50,7 @@
 #include <string.h>
 
 #define OPUS_PROTO_MAGIC		0x5355504FU /* "OPUS" read as little-endian u32 */
-#define OPUS_PROTO_VERSION		1
+#define OPUS_PROTO_VERSION		2	/* 2: PROGRESS, prefix counters in STATS */
 #define OPUS_PROTO_HEADER_SIZE	16
 #define OPUS_PROTO_MAX_PAYLOAD	(16U * 1024 * 1024)
 #define OPUS_PROTO_MAX_STOP		16	/* stop strings per request */
@@ -89,6 +93,7 @@ enum opus_proto_type
 	OPUS_MSG_STATS = 9,			/* engine -> supervisor */
 	OPUS_MSG_PING = 10,			/* supervisor -> engine, empty payload */
 	OPUS_MSG_PONG = 11,			/* engine -> supervisor, empty payload */
+	OPUS_MSG_PROGRESS = 12,		/* engine -> supervisor, per request */
 	OPUS_MSG__COUNT
 };
 
@@ -237,11 +242,38 @@ struct opus_proto_stats
 	int64_t		kv_blocks_used;
 	int64_t		kv_blocks_cached;
 	int64_t		preemptions;
+	int64_t		prefix_hit_tokens;	/* prompt tokens served from the prefix cache */
+	int64_t		prefix_query_tokens;	/* prompt tokens looked up in it */
+};
+
+/* Phases of a generation request (PROGRESS). */
+enum opus_proto_phase
+{
+	OPUS_PROTO_PHASE_QUEUED = 1,	/* waiting for admission (or preempted) */
+	OPUS_PROTO_PHASE_PREFILL = 2,	/* admitted, prompt being processed */
+	OPUS_PROTO_PHASE_DECODE = 3,	/* generating tokens */
+	OPUS_PROTO_PHASE__COUNT
+};
+
+/*
+ * PROGRESS: where one generation request is (header id = its id).
+ *   u8 phase, u8 0, u16 0, i32 priority, i32 n_prompt, i32 n_prompt_done,
+ *   i32 n_generated, i32 kv_blocks
+ */
+struct opus_proto_progress
+{
+	uint8_t		phase;			/* enum opus_proto_phase */
+	int32_t		priority;		/* >= 0; 0 = first */
+	int32_t		n_prompt;		/* prompt tokens */
+	int32_t		n_prompt_done;	/* prompt tokens in the KV cache, <= n_prompt */
+	int32_t		n_generated;	/* completion tokens so far */
+	int32_t		kv_blocks;		/* KV blocks the request holds */
 };
 
 #define OPUS_PROTO_HELLO_SIZE	(4 + 4 + 4 + 4 + 8 + OPUS_PROTO_SHORT_LEN + OPUS_PROTO_PATH_LEN)
 #define OPUS_PROTO_READY_SIZE	(4 + 4 + 8 + 4 * 8 + 8 + OPUS_PROTO_NAME_LEN + 3 * OPUS_PROTO_SHORT_LEN)
-#define OPUS_PROTO_STATS_SIZE	(4 * 4 + 7 * 8)
+#define OPUS_PROTO_STATS_SIZE	(4 * 4 + 9 * 8)
+#define OPUS_PROTO_PROGRESS_SIZE (4 + 5 * 4)
 #define OPUS_PROTO_DONE_FIXED	(1 + 3 + 4 + 3 * 4 + 3 * 8 + 2)
 #define OPUS_PROTO_SUBMIT_FIXED (1 + 1 + 2 + 8 * 4 + 8)
 
@@ -1108,6 +1140,8 @@ opus_proto_encode_stats(struct opus_proto_writer *w, const struct opus_proto_sta
 	opus_proto_w_u64(w, (uint64_t) m->kv_blocks_used);
 	opus_proto_w_u64(w, (uint64_t) m->kv_blocks_cached);
 	opus_proto_w_u64(w, (uint64_t) m->preemptions);
+	opus_proto_w_u64(w, (uint64_t) m->prefix_hit_tokens);
+	opus_proto_w_u64(w, (uint64_t) m->prefix_query_tokens);
 }
 
 static inline bool
@@ -1133,13 +1167,71 @@ opus_proto_parse_stats(const uint8_t *buf, size_t len,
 	m->kv_blocks_used = (int64_t) opus_proto_r_u64(&r);
 	m->kv_blocks_cached = (int64_t) opus_proto_r_u64(&r);
 	m->preemptions = (int64_t) opus_proto_r_u64(&r);
+	m->prefix_hit_tokens = (int64_t) opus_proto_r_u64(&r);
+	m->prefix_query_tokens = (int64_t) opus_proto_r_u64(&r);
 	if (m->n_active < 0 || m->n_queued < 0 || m->n_running < 0 ||
 		m->batch_size < 0 || m->steps < 0 || m->tokens_prefill < 0 ||
 		m->tokens_decode < 0 || m->kv_blocks_total < 0 ||
 		m->kv_blocks_used < 0 || m->kv_blocks_cached < 0 ||
-		m->preemptions < 0)
+		m->preemptions < 0 || m->prefix_hit_tokens < 0 ||
+		m->prefix_query_tokens < 0)
 	{
 		*why = "STATS has a negative counter";
+		return false;
+	}
+	return true;
+}
+
+/* ---------------------------------------------------------------------
+ * PROGRESS
+ * --------------------------------------------------------------------- */
+
+static inline void
+opus_proto_encode_progress(struct opus_proto_writer *w, const struct opus_proto_progress *m)
+{
+	opus_proto_w_u8(w, m->phase);
+	opus_proto_w_u8(w, 0);
+	opus_proto_w_u16(w, 0);
+	opus_proto_w_u32(w, (uint32_t) m->priority);
+	opus_proto_w_u32(w, (uint32_t) m->n_prompt);
+	opus_proto_w_u32(w, (uint32_t) m->n_prompt_done);
+	opus_proto_w_u32(w, (uint32_t) m->n_generated);
+	opus_proto_w_u32(w, (uint32_t) m->kv_blocks);
+}
+
+static inline bool
+opus_proto_parse_progress(const uint8_t *buf, size_t len,
+						  struct opus_proto_progress *m, const char **why)
+{
+	struct opus_proto_reader r;
+
+	opus_proto_reader_init(&r, buf, len);
+	memset(m, 0, sizeof(*m));
+	if (len != OPUS_PROTO_PROGRESS_SIZE)
+	{
+		*why = "PROGRESS has the wrong size";
+		return false;
+	}
+	m->phase = opus_proto_r_u8(&r);
+	if (opus_proto_r_u8(&r) != 0 || opus_proto_r_u16(&r) != 0)
+	{
+		*why = "PROGRESS has nonzero reserved bytes";
+		return false;
+	}
+	m->priority = (int32_t) opus_proto_r_u32(&r);
+	m->n_prompt = (int32_t) opus_proto_r_u32(&r);
+	m->n_prompt_done = (int32_t) opus_proto_r_u32(&r);
+	m->n_generated = (int32_t) opus_proto_r_u32(&r);
+	m->kv_blocks = (int32_t) opus_proto_r_u32(&r);
+	if (m->phase == 0 || m->phase >= OPUS_PROTO_PHASE__COUNT)
+	{
+		*why = "PROGRESS has an unknown phase";
+		return false;
+	}
+	if (m->priority < 0 || m->n_prompt < 0 || m->n_prompt_done < 0 ||
+		m->n_prompt_done > m->n_prompt || m->n_generated < 0 || m->kv_blocks < 0)
+	{
+		*why = "PROGRESS has a field out of range";
 		return false;
 	}
 	return true;

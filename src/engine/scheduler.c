@@ -410,6 +410,25 @@ opus_sched_get_stats(const struct opus_sched *s, struct opus_sched_stats *out)
 	out->kv_blocks_cached = 0;
 }
 
+bool
+opus_sched_get_request(const struct opus_sched *s, uint64_t id,
+					   struct opus_sched_req_info *out)
+{
+	const struct sched_req *r = find_req(s, id);
+
+	if (!r || r->finished)
+		return false;
+	memset(out, 0, sizeof(*out));
+	out->running = r->running;
+	out->generating = r->have_token;
+	out->priority = r->priority;
+	out->n_prompt = r->n_prompt;
+	out->n_prompt_done = r->seq.n_pos < r->n_prompt ? r->seq.n_pos : r->n_prompt;
+	out->n_generated = r->n_tokens - r->n_prompt;
+	out->kv_blocks = r->seq.n_blocks;
+	return true;
+}
+
 /* ---- events ---- */
 
 static void

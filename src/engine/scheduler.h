@@ -120,4 +120,20 @@ struct opus_sched_stats
 void		opus_sched_get_stats(const struct opus_sched *s,
 								 struct opus_sched_stats *out);
 
+/* Where one live request is (for progress reports). */
+struct opus_sched_req_info
+{
+	bool		running;		/* admitted (else queued or preempted) */
+	bool		generating;		/* has produced its first token */
+	int32_t		priority;
+	int32_t		n_prompt;
+	int32_t		n_prompt_done;	/* prompt positions in the KV cache */
+	int32_t		n_generated;
+	int32_t		kv_blocks;		/* blocks its sequence holds */
+};
+
+/* Fill *out for a live (not yet DONE) request; false if id is unknown or done. */
+bool		opus_sched_get_request(const struct opus_sched *s, uint64_t id,
+								   struct opus_sched_req_info *out);
+
 #endif							/* OPUS_SCHEDULER_H */

@@ -12,7 +12,10 @@
  *     SUBMIT (tokenize / detokenize answered at once; generate and chat
  *     tokenized and queued in the scheduler), CANCEL, PING;
  *   - run one scheduler step, which emits TEXT / DONE through the callback;
- *   - flush the output buffer, plus a STATS frame when the counters moved.
+ *   - queue a PROGRESS frame for every live generation whose phase, prompt
+ *     position, generated count or KV blocks changed in that step;
+ *   - flush the output buffer, plus a STATS frame when the request counts
+ *     moved or, while busy, every SERVE_STATS_INTERVAL_MS.
  *
  * EOF on the socket means the supervisor is gone or wants us gone: exit 0.
  * The supervisor is not trusted: a frame that does not parse, a frame type
@@ -60,6 +63,7 @@ _Static_assert(OPUS_PROTO_MAX_STOP <= OPUS_MAX_STOP &&
 #define SERVE_EXIT_PROTOCOL 3
 #define SERVE_BLOCK_SIZE 16
 #define SERVE_MAX_BATCH_TOKENS 512
+#define SERVE_STATS_INTERVAL_MS 250.0
 
 /* Growable byte buffer. */
 struct serve_buf
@@ -82,10 +86,12 @@ struct serve
 	bool		out_failed;		/* a write failed: the peer is gone */
 	/* live generation ids (to reject duplicates) */
 	uint64_t   *live;
+	struct opus_proto_progress *live_prog;	/* last PROGRESS sent, per live id */
 	int			n_live;
 	int			cap_live;
 	struct opus_proto_stats last_stats;
 	bool		stats_sent;
+	double		stats_sent_at;	/* now_ms() of the last STATS frame */
 };
 
 static bool
@@ -255,12 +261,18 @@ live_add(struct serve *s, uint64_t id)
 	{
 		int			cap = s->cap_live ? s->cap_live * 2 : 64;
 		uint64_t   *p = realloc(s->live, (size_t) cap * sizeof(*p));
+		struct opus_proto_progress *q;
 
 		if (!p)
 			return false;
 		s->live = p;
+		q = realloc(s->live_prog, (size_t) cap * sizeof(*q));
+		if (!q)
+			return false;
+		s->live_prog = q;
 		s->cap_live = cap;
 	}
+	memset(&s->live_prog[s->n_live], 0, sizeof(s->live_prog[0]));
 	s->live[s->n_live++] = id;
 	return true;
 }
@@ -271,7 +283,47 @@ live_remove(struct serve *s, uint64_t id)
 	int			i = live_find(s, id);
 
 	if (i >= 0)
-		s->live[i] = s->live[--s->n_live];
+	{
+		s->n_live--;
+		s->live[i] = s->live[s->n_live];
+		s->live_prog[i] = s->live_prog[s->n_live];
+	}
+}
+
+/*
+ * Queue a PROGRESS frame for each live generation whose state changed
+ * since the last one sent (phase 0 in live_prog = nothing sent yet).
+ */
+static void
+send_progress(struct serve *s)
+{
+	for (int i = 0; i < s->n_live; i++)
+	{
+		struct opus_sched_req_info info;
+		struct opus_proto_progress m;
+		struct opus_proto_writer w;
+		uint8_t    *p;
+
+		if (!opus_sched_get_request(s->sched, s->live[i], &info))
+			continue;
+		memset(&m, 0, sizeof(m));
+		m.phase = !info.running ? OPUS_PROTO_PHASE_QUEUED :
+			info.generating ? OPUS_PROTO_PHASE_DECODE : OPUS_PROTO_PHASE_PREFILL;
+		m.priority = info.priority > 0 ? info.priority : 0;
+		m.n_prompt = info.n_prompt > 0 ? info.n_prompt : 0;
+		m.n_prompt_done = info.n_prompt_done < 0 ? 0 :
+			info.n_prompt_done > m.n_prompt ? m.n_prompt : info.n_prompt_done;
+		m.n_generated = info.n_generated > 0 ? info.n_generated : 0;
+		m.kv_blocks = info.kv_blocks > 0 ? info.kv_blocks : 0;
+		if (memcmp(&m, &s->live_prog[i], sizeof(m)) == 0)
+			continue;
+		s->live_prog[i] = m;
+		p = frame_begin(s, OPUS_MSG_PROGRESS, s->live[i], OPUS_PROTO_PROGRESS_SIZE);
+		if (!p)
+			return;
+		opus_proto_writer_init(&w, p, OPUS_PROTO_PROGRESS_SIZE);
+		opus_proto_encode_progress(&w, &m);
+	}
 }
 
 /* ---- scheduler events ---- */
@@ -730,13 +782,21 @@ send_stats_if_changed(struct serve *s)
 	m.kv_blocks_used = st.kv_blocks_used;
 	m.kv_blocks_cached = st.kv_blocks_cached;
 	m.preemptions = st.preemptions;
-	/* Only the request counts trigger a frame; the rest rides along. */
+	m.prefix_hit_tokens = st.prefix_hit_tokens;
+	m.prefix_query_tokens = st.prefix_query_tokens;
+	/*
+	 * A change in the request counts sends a frame at once; while busy the
+	 * other counters are refreshed every SERVE_STATS_INTERVAL_MS.
+	 */
 	if (s->stats_sent && m.n_active == s->last_stats.n_active &&
 		m.n_queued == s->last_stats.n_queued &&
-		m.n_running == s->last_stats.n_running)
+		m.n_running == s->last_stats.n_running &&
+		(m.n_active == 0 || memcmp(&m, &s->last_stats, sizeof(m)) == 0 ||
+		 now_ms() - s->stats_sent_at < SERVE_STATS_INTERVAL_MS))
 		return;
 	s->last_stats = m;
 	s->stats_sent = true;
+	s->stats_sent_at = now_ms();
 	p = frame_begin(s, OPUS_MSG_STATS, 0, OPUS_PROTO_STATS_SIZE);
 	if (!p)
 		return;
@@ -853,6 +913,7 @@ serve_free(struct serve *s)
 	free(s->in.data);
 	free(s->out.data);
 	free(s->live);
+	free(s->live_prog);
 }
 
 static int
@@ -901,6 +962,7 @@ serve_loop(struct serve *s)
 				return 1;
 			}
 		}
+		send_progress(s);
 		send_stats_if_changed(s);
 		if (s->out.len > 0 && !flush_out(s))
 			return 0;			/* peer gone */

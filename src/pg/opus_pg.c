@@ -21,6 +21,7 @@
 #include "utils/guc.h"
 
 #include "opus_pg.h"
+#include "opus_stats.h"
 
 PG_MODULE_MAGIC;
 
@@ -48,6 +49,7 @@ opus_shmem_request(void)
 	if (prev_shmem_request_hook)
 		prev_shmem_request_hook();
 	RequestAddinShmemSpace(OpusShmemSize());
+	OpusStatsShmemRequest();
 }
 
 static void
@@ -56,6 +58,7 @@ opus_shmem_startup(void)
 	if (prev_shmem_startup_hook)
 		prev_shmem_startup_hook();
 	OpusShmemInit();
+	OpusStatsShmemInit();
 }
 
 /* opus.device: "cpu", "auto" or "cuda:N". */
@@ -182,6 +185,8 @@ opus_define_settings(void)
 								   GUC_SUPERUSER_ONLY,
 								   NULL, NULL, NULL);
 	}
+	OpusStatsDefineSettings(process_shared_preload_libraries_in_progress);
+	OpusLogDefineSettings(process_shared_preload_libraries_in_progress);
 	MarkGUCPrefixReserved("opus");
 }
 
@@ -199,6 +204,7 @@ _PG_init(void)
 	prev_shmem_startup_hook = shmem_startup_hook;
 	shmem_startup_hook = opus_shmem_startup;
 	OpusRegisterSupervisor();
+	OpusRegisterLogger();
 }
 
 void

@@ -23,6 +23,7 @@
 #include "utils/timestamp.h"
 
 #include "opus_pg.h"
+#include "opus_stats.h"
 
 /* Where a claim starts looking, so backends spread over the slots. */
 static int	next_claim_hint = -1;
@@ -194,6 +195,7 @@ OpusClaimSlot(uint8 kind, bool async, uint64 *id_out, bool missing_ok)
 	}
 	if (missing_ok)
 		return -1;
+	OpusStatsRejected(kind);
 	ereport(ERROR,
 			(errcode(ERRCODE_INSUFFICIENT_RESOURCES),
 			 errmsg("opus request queue is full"),
@@ -250,11 +252,14 @@ OpusCheckRequestSize(const OpusRequest *req)
 	Size		need = payload_size(req);
 
 	if (need > OpusShared->slot_buf_size)
+	{
+		OpusStatsRejected(req->kind);
 		ereport(ERROR,
 				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
 				 errmsg("opus request is too large"),
 				 errdetail("The request needs %zu bytes, but opus.request_buffer_size is %zu bytes.",
 						   (size_t) need, (size_t) OpusShared->slot_buf_size)));
+	}
 }
 
 /*
@@ -268,6 +273,7 @@ OpusSubmitSlot(OpusSlot *slot, const OpusRequest *req, TimestampTz start)
 	slot->result_len = 0;
 	slot->err_code = 0;
 	slot->submit_time = start;
+	OpusStatsSlotFilled(OpusSlotIndexFromId(slot->request_id), slot->request_id, req);
 	pg_write_barrier();
 	SpinLockAcquire(&slot->mutex);
 	slot->state = OPUS_SLOT_SUBMITTED;

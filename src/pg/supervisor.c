@@ -52,6 +52,7 @@
 #include "utils/memutils.h"
 
 #include "opus_pg.h"
+#include "opus_stats.h"
 
 #define BACKOFF_MIN_MS		500
 #define BACKOFF_MAX_MS		30000
@@ -235,6 +236,7 @@ fail_slot(int i, int code, const char *message, const char *detail)
 {
 	OpusSlot   *slot = OpusGetSlot(i);
 
+	OpusStatsRequestFailed(i, code, message);
 	slot->err_code = code;
 	strlcpy(slot->err_message, message, sizeof(slot->err_message));
 	strlcpy(slot->err_detail, detail ? detail : "", sizeof(slot->err_detail));
@@ -533,6 +535,7 @@ engine_lost(bool kill_now, const char *reason)
 	else
 		strlcpy(detail, how[0] ? how : "The engine closed its socket.", sizeof(detail));
 
+	OpusStatsEngineLost();
 	SpinLockAcquire(&e->mutex);
 	e->restarts++;
 	strlcpy(e->last_exit, detail, sizeof(e->last_exit));
@@ -664,6 +667,7 @@ maybe_start_engine(void)
 	opus_proto_writer_init(&w, payload, sizeof(payload));
 	opus_proto_encode_hello(&w, &hello);
 	send_frame(OPUS_MSG_HELLO, 0, payload, w.len);
+	OpusStatsEngineSpawned(eng.model_path, hello.device, hello.n_threads);
 
 	SpinLockAcquire(&e->mutex);
 	e->starts++;
@@ -772,6 +776,7 @@ finish_slot(int i, const struct opus_proto_done *d)
 	}
 	else
 		slot->err_code = 0;
+	OpusStatsRequestDone(i, d, error);
 	slot->finish_time = GetCurrentTimestamp();
 	pg_write_barrier();
 	SpinLockAcquire(&slot->mutex);
@@ -818,6 +823,7 @@ handle_engine_frame(const struct opus_proto_header *h, const uint8_t *p)
 				e->last_error_detail[0] = '\0';
 				memset(&e->stats, 0, sizeof(e->stats));
 				SpinLockRelease(&e->mutex);
+				OpusStatsEngineReady();
 				set_engine_state(OPUS_ENGINE_READY);
 				last_logged[0] = '\0';
 				ereport(LOG,
@@ -847,6 +853,22 @@ handle_engine_frame(const struct opus_proto_header *h, const uint8_t *p)
 				SpinLockAcquire(&e->mutex);
 				e->stats = s;
 				SpinLockRelease(&e->mutex);
+				OpusStatsEngineStats(&s);
+				return NULL;
+			}
+		case OPUS_MSG_PROGRESS:
+			{
+				struct opus_proto_progress pr;
+
+				if (!eng.ready)
+					return "PROGRESS before READY";
+				if (!opus_proto_parse_progress(p, h->length, &pr, &why))
+					return why;
+				if (OpusSlotIndexFromId(h->id) < 0)
+					return "PROGRESS for an unknown request id";
+				i = slot_for_id(h->id);
+				if (i >= 0)
+					OpusStatsRequestProgress(i, &pr);
 				return NULL;
 			}
 		case OPUS_MSG_PONG:
@@ -1001,6 +1023,7 @@ process_slots(void)
 				pg_read_barrier();
 				slot->result_len = 0;
 				send_frame(OPUS_MSG_SUBMIT, id, OpusSlotBuf(slot), slot->payload_len);
+				OpusStatsRequestSent(i);
 				sent_id[i] = id;
 				cancel_sent[i] = false;
 				overflowed[i] = false;
@@ -1026,6 +1049,7 @@ process_slots(void)
 			 */
 			if (sent_id[i] == id && id != 0 && !cancel_sent[i])
 				send_frame(OPUS_MSG_CANCEL, id, NULL, 0);
+			OpusStatsRequestCancelled(i);
 			sent_id[i] = 0;
 			cancel_sent[i] = false;
 			overflowed[i] = false;
