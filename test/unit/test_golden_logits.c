@@ -12,7 +12,9 @@
  *    drifted: a clear failure, not a confusing mismatch).
  *  - greedy.txt: llama.cpp's greedy continuation on the default Q4_1 model;
  *    our free-running greedy continuation must equal it exactly for at least
- *    GREEDY_MIN_PCT percent of the prompts.
+ *    GREEDY_MIN_PCT percent of the prompts.  The same for greedy_f16.txt on
+ *    the F16 variant (float weights: no 8-bit activation rounding, so the two
+ *    engines' logits agree to ~0.1 and the text should match).
  *
  * Run from the repository root.  Model files: "default" is $OPUS_MODEL (or
  * models/SmolLM2-135M-Instruct.Q4_1.gguf); each variant is
@@ -325,7 +327,7 @@ parse_floats(const char *s, float **out, int *n_out)
 }
 
 static bool
-read_greedy(struct golden *g)
+read_greedy(struct golden *g, const char *file)
 {
 	char		path[1024];
 	FILE	   *f;
@@ -334,7 +336,7 @@ read_greedy(struct golden *g)
 	int			cur = -1;
 	bool		ok = true;
 
-	snprintf(path, sizeof(path), "%s/greedy.txt", golden_dir());
+	snprintf(path, sizeof(path), "%s/%s", golden_dir(), file);
 	f = fopen(path, "r");
 	if (!f)
 	{
@@ -690,11 +692,12 @@ check_type(struct golden *g, const char *name, const char *path, int max_tokens)
 }
 
 /*
- * Free-running greedy continuation on the default model against greedy.txt:
- * prompt in one batch, then one token at a time, argmax each step.
+ * Free-running greedy continuation against greedy.txt (default model) or
+ * greedy_<name>.txt: prompt in one batch, then one token at a time, argmax
+ * each step; >= GREEDY_MIN_PCT percent of the prompts must match exactly.
  */
 static void
-check_greedy(struct golden *g, const char *path, int max_tokens)
+check_greedy(struct golden *g, const char *name, const char *path, int max_tokens)
 {
 	char		sha[65];
 	struct engine e;
@@ -702,17 +705,19 @@ check_greedy(struct golden *g, const char *path, int max_tokens)
 				n_stable = 0,
 				exact_stable = 0,
 				near_tie = 0;
-	bool		have_tf = read_tf(g, "default") == 0;
+	bool		have_tf = strcmp(name, "default") == 0 && read_tf(g, "default") == 0;
 	double		pct,
 				t0;
 
 	if (!sha256_file(path, sha))
 	{
-		printf("greedy: skipped, %s is absent\n", path);
+		printf("greedy %-7s skipped: %s is absent\n", name, path);
 		return;
 	}
 	CHECK(strcmp(sha, g->greedy_sha) == 0,
-		  "greedy: %s has SHA-256 %s but greedy.txt was made on %s", path, sha, g->greedy_sha);
+		  "greedy %s: %s has SHA-256 %s but the golden was made on %s: the model file "
+		  "changed; if that is intended, regenerate the goldens with "
+		  "test/golden/logits/make_goldens.py", name, path, sha, g->greedy_sha);
 	if (strcmp(sha, g->greedy_sha) != 0)
 		return;
 	if (!engine_open(&e, path, max_tokens))
@@ -743,9 +748,9 @@ check_greedy(struct golden *g, const char *path, int max_tokens)
 
 			if (tok != p->cont[j])
 			{
-				printf("greedy prompt %2d: differs at continuation token %d "
+				printf("greedy %-7s prompt %2d: differs at continuation token %d "
 					   "(llama.cpp %d, ours %d; llama.cpp's margin there %.4f)%s\n",
-					   i, j, p->cont[j], tok, p->margin ? p->margin[j] : NAN,
+					   name, i, j, p->cont[j], tok, p->margin ? p->margin[j] : NAN,
 					   stable ? "" : " [not self-consistent in llama.cpp]");
 				near_tie += p->margin && p->margin[j] < MARGIN;
 				break;
@@ -761,38 +766,84 @@ check_greedy(struct golden *g, const char *path, int max_tokens)
 		opus_seq_release(e.ctx, &seq);
 	}
 	pct = 100.0 * exact / g->n;
-	printf("greedy: %d/%d prompts (%.1f%%) match llama.cpp's %d-token continuation exactly; %.1f s\n",
-		   exact, g->n, pct, g->p[0].n_cont, now_s() - t0);
-	printf("greedy: %d of the %d divergences are at a llama.cpp margin < %.1f; "
-		   "%d/%d match among the prompts where llama.cpp is self-consistent\n",
-		   near_tie, g->n - exact, MARGIN, exact_stable, n_stable);
-	CHECK(pct >= GREEDY_MIN_PCT, "greedy exact match %.1f%% < %.0f%%", pct, GREEDY_MIN_PCT);
+	printf("greedy %-7s %d/%d prompts (%.1f%%) match llama.cpp's continuation exactly; "
+		   "%d of the %d divergences at a llama.cpp margin < %.1f; %.1f s\n",
+		   name, exact, g->n, pct, near_tie, g->n - exact, MARGIN, now_s() - t0);
+	if (have_tf)
+		printf("greedy %-7s %d/%d match among the prompts where llama.cpp is self-consistent\n",
+			   name, exact_stable, n_stable);
+	CHECK(pct >= GREEDY_MIN_PCT, "greedy %s: exact match %.1f%% < %.0f%%", name, pct,
+		  GREEDY_MIN_PCT);
 	engine_close(&e);
+}
+
+static int
+golden_max_tokens(const struct golden *g)
+{
+	int			m = 0;
+
+	for (int i = 0; i < g->n; i++)
+		if (g->p[i].n_prompt + g->p[i].n_cont > m)
+			m = g->p[i].n_prompt + g->p[i].n_cont;
+	return m;
+}
+
+static void
+golden_free(struct golden *g)
+{
+	for (int i = 0; i < g->n; i++)
+	{
+		free(g->p[i].prompt);
+		free(g->p[i].cont);
+		free(g->p[i].margin);
+		free(g->p[i].full);
+		free(g->p[i].tf);
+	}
+	free(g->p);
+	memset(g, 0, sizeof(*g));
 }
 
 int
 main(void)
 {
+	static const char *const greedy_variants[] = {"f16"};
 	struct golden g;
 	const char *default_model = unit_model_path();
-	int			max_tokens = 0;
+	int			max_tokens;
 
 	if (!default_model)
 		default_model = "models/SmolLM2-135M-Instruct.Q4_1.gguf";
 	opus_qtype_init_cpu(false);
-	CHECK(read_greedy(&g), "read %s/greedy.txt (run from the repository root)", golden_dir());
+	CHECK(read_greedy(&g, "greedy.txt"), "read %s/greedy.txt (run from the repository root)",
+		  golden_dir());
 	if (unit_failed)
 		return UNIT_DONE();
-	for (int i = 0; i < g.n; i++)
-		if (g.p[i].n_prompt + g.p[i].n_cont > max_tokens)
-			max_tokens = g.p[i].n_prompt + g.p[i].n_cont;
+	max_tokens = golden_max_tokens(&g);
 	printf("%d prompts, up to %d tokens; %s build; types: %s\n", g.n, max_tokens,
 		   SANITIZED ? "sanitizer" : "optimised",
 		   getenv("OPUS_GOLDEN_TYPES") ? getenv("OPUS_GOLDEN_TYPES") :
 		   (SANITIZED ? "default (set OPUS_GOLDEN_TYPES=all for every type)" : "all"));
 
 	if (type_selected("default"))
-		check_greedy(&g, default_model, max_tokens);
+		check_greedy(&g, "default", default_model, max_tokens);
+	for (int t = 0; t < (int) (sizeof(greedy_variants) / sizeof(greedy_variants[0])); t++)
+	{
+		char		file[64];
+		char		path[512];
+		struct golden gv;
+
+		if (!type_selected(greedy_variants[t]))
+			continue;
+		snprintf(file, sizeof(file), "greedy_%s.txt", greedy_variants[t]);
+		snprintf(path, sizeof(path), "models/smollm2-%s.gguf", greedy_variants[t]);
+		if (!read_greedy(&gv, file))
+		{
+			CHECK(false, "read %s/%s", golden_dir(), file);
+			continue;
+		}
+		check_greedy(&gv, greedy_variants[t], path, golden_max_tokens(&gv));
+		golden_free(&gv);
+	}
 	for (int t = 0; t < N_GOLDEN_TYPES; t++)
 	{
 		char		path[512];
@@ -806,15 +857,6 @@ main(void)
 			snprintf(path, sizeof(path), "models/smollm2-%s.gguf", name);
 		check_type(&g, name, path, max_tokens);
 	}
-
-	for (int i = 0; i < g.n; i++)
-	{
-		free(g.p[i].prompt);
-		free(g.p[i].cont);
-		free(g.p[i].margin);
-		free(g.p[i].full);
-		free(g.p[i].tf);
-	}
-	free(g.p);
+	golden_free(&g);
 	return UNIT_DONE();
 }

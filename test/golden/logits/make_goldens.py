@@ -8,6 +8,9 @@ Writes, into the directory of this script:
   greedy.txt        for each prompt: its token ids and llama.cpp's greedy
                     continuation (up to MAX_NEW tokens, stopping after an
                     end-of-generation token) on the default Q4_1 model.
+  greedy_<type>.txt the same on the variants named by --greedy-types
+                    (default f16: float weights, where the two engines'
+                    logits agree to ~0.1 and greedy text should match).
   tf_<name>.txt     teacher-forced logits: prompt + continuation evaluated in
                     one batch with logits for every position; for each
                     position llama.cpp's top-1 and top-2 token ids and logits.
@@ -21,10 +24,12 @@ forward-pass bug.
 
 Usage (from the repository root):
   python3 test/golden/logits/make_goldens.py [--types default,q4_1,...]
-      [--greedy-only] [--tf-only]
+      [--greedy-types f16] [--greedy-only] [--tf-only]
 
-By default it regenerates greedy.txt and every tf file whose model is
-present; a missing variant is reported and skipped.
+By default it regenerates the greedy files and every tf file whose model is
+present; a missing variant is reported and skipped.  The tf files use the
+token sequences of greedy.txt (the default model's continuation) for every
+type, so --tf-only reads greedy.txt instead of regenerating it.
 """
 
 import argparse
@@ -137,7 +142,7 @@ def header(f, what):
             % (llama_cpp.__version__, N_THREADS, N_CTX))
 
 
-def make_greedy(path):
+def make_greedy(path, name="default"):
     llm = load(path)
     eog = {llm.token_eos()}
     # llama.cpp's end-of-generation set (EOS, EOT, <|im_end|> ...)
@@ -162,11 +167,12 @@ def make_greedy(path):
             llm.eval([tok])
         ctext = llm.detokenize(cont, special=False)
         records.append((special, text, ptoks, cont, ctext, margins))
-        print("greedy %2d: %d+%d tokens %r" % (i, len(ptoks), len(cont),
+        print("greedy %-7s %2d: %d+%d tokens %r" % (name, i, len(ptoks), len(cont),
                                                ctext[:50]), file=sys.stderr)
-    out = os.path.join(HERE, "greedy.txt")
+    out = os.path.join(HERE, "greedy.txt" if name == "default"
+                       else "greedy_%s.txt" % name)
     with open(out, "w", encoding="utf-8") as f:
-        header(f, "greedy continuations (argmax) on the default model")
+        header(f, "greedy continuations (argmax), model %s" % name)
         f.write("# per prompt: P <index> special <0|1>; text; prompt <n> ids; "
                 "cont <n> ids; cont_margin <n> top1-top2 logit margin at "
                 "each step; cont_text (text lines escaped: \\\\ \\n \\t "
@@ -243,6 +249,9 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--types", default="default," + ",".join(VARIANT_TYPES))
     ap.add_argument("--greedy-only", action="store_true")
+    ap.add_argument("--greedy-types", default="f16",
+                    help="variants that also get a greedy_<type>.txt "
+                    "(besides greedy.txt on the default model)")
     ap.add_argument("--tf-only", action="store_true")
     a = ap.parse_args()
     os.chdir(ROOT)
@@ -250,6 +259,13 @@ def main():
         records = read_greedy()
     else:
         records = make_greedy(DEFAULT_MODEL)
+        for name in filter(None, a.greedy_types.split(",")):
+            path = os.path.join("models", "smollm2-%s.gguf" % name)
+            if os.path.exists(path):
+                make_greedy(path, name)
+            else:
+                print("greedy %-7s skipped: %s is absent" % (name, path),
+                      file=sys.stderr)
     if a.greedy_only:
         return
     for name in a.types.split(","):
