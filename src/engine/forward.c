@@ -4,32 +4,39 @@
  *
  * One opus_forward() call takes N tokens from several sequences and runs the
  * whole network in a single parallel region of the context's thread pool;
- * the steps below are separated by barriers and read top to bottom:
+ * the steps below are separated by barriers ("|") and read top to bottom in
+ * forward_worker():
  *
- *   embed -> for each layer:
- *     rmsnorm, quantize rows      (tokens split across threads)
- *     Q,K,V = Wq,Wk,Wv x (+bias)  (output rows split)
- *     RoPE, store K,V (F16)       (tokens split)
- *     attention                   ((token, head) pairs split)
- *     quantize attention output   (tokens split)
- *     x += Wo att                 (output rows split)
- *     rmsnorm, quantize rows
- *     gate, up = Wg, Wu x         (output rows split)
- *     silu(gate) * up, quantize
- *     x += Wd h                   (output rows split)
+ *   embed | for each layer:
+ *     rmsnorm + quantize rows (a)     | Q,K,V = Wq,Wk,Wv x (+bias)         |
+ *     RoPE, store K,V as F16 (b)      | attention, quantize its output (c) |
+ *     x += Wo att                     |
+ *     rmsnorm + quantize rows (a)     | gate, up, silu(gate)*up, quantize  |
+ *     x += Wdown h                    |
  *   final rmsnorm, logits = Wout x for the tokens that want logits only.
  *
+ *   (a) tokens split across threads, or for up to SMALL_N tokens done by
+ *       every thread into its own buffers, which saves the barrier;
+ *   (b) when no sequence has two tokens in the batch (decode), each
+ *       attention unit ropes and stores its own token's K/V instead;
+ *   (c) each attention unit quantizes its heads' output when heads are whole
+ *       quantization blocks, else a separate token-split step.
+ * Matmuls split output rows (and tokens) into units claimed from an atomic
+ * counter; attention splits (token, KV group) pairs the same way.
+ *
  * Determinism: every output element is computed by exactly one thread with a
- * fixed sequence of operations (one vec_dot over the whole row, then the
- * bias / residual add), attention for a (token, head) likewise, and the work
- * split never changes what one element's computation is.  So logits do not
- * depend on the thread count, on which other sequences share the batch, or
- * on how a prompt is chunked.
+ * fixed sequence of operations (one dot product over the whole row, then the
+ * bias / residual add), attention for a (token, head) likewise, and neither
+ * the work split nor the fused-or-separate choices above change what one
+ * element's computation is.  So logits do not depend on the thread count,
+ * on which other sequences share the batch, or on how a prompt is chunked.
  *
  * Matrix multiplication: activations are quantized once per step to the
  * weight's vec_dot type; the work unit is a tile of ROW_TILE weight rows by
  * TOK_TILE tokens, so a tile of weights stays in L1 while it meets many
- * tokens (prefill) and decode still splits a matrix into many row chunks.
+ * tokens (prefill), and the tiled kernels of matmul_avx2.c share each
+ * unpacked weight block among 8 tokens; decode still splits a matrix into
+ * many row chunks.
  */
 #include "model_int.h"
 
@@ -41,13 +48,17 @@
 
 #define ROW_TILE 16				/* weight rows per work unit (prefill) */
 #define ROW_TILE_DECODE 32		/* weight rows per work unit (few tokens) */
-#define ROW_TILE_MAX 32
+#define ROW_TILE_MAX 32			/* largest row count of a unit (the tile buffer size) */
 #define TOK_TILE 64				/* tokens per work unit */
 #define MAX_SLOTS 4				/* activation buffers: up to 3 distinct vec_dot types of a
 								 * matmul group's input, and SLOT_FUSED */
 #define SLOT_FUSED 3			/* quantized by the step that produces it (attention, FFN) */
 #define FFN_TILE 32				/* rows per unit of the fused gate/up/SiLU step */
 #define SMALL_N 8				/* up to this many tokens, every thread normalizes them all */
+
+_Static_assert(ROW_TILE <= ROW_TILE_MAX && ROW_TILE_DECODE <= ROW_TILE_MAX &&
+			   FFN_TILE <= ROW_TILE_MAX, "tile buffer too small");
+_Static_assert(TOK_TILE % 8 == 0, "token tiles must hold whole groups of 8");
 
 /*
  * Quantized activation rows for the matmul kernels, one buffer per slot:
@@ -127,8 +138,9 @@ rmsnorm(float *y, const float *x, const float *w, int n, float eps)
 	double		ss = 0.0;
 	float		scale;
 
+	/* float squares summed in double, as ggml does */
 	for (int i = 0; i < n; i++)
-		ss += (double) x[i] * x[i];
+		ss += (double) (x[i] * x[i]);
 	scale = 1.0f / sqrtf((float) (ss / n) + eps);
 	for (int i = 0; i < n; i++)
 		y[i] = (x[i] * scale) * w[i];
@@ -889,8 +901,8 @@ opus_fwd_state_create(struct opus_ctx *c, struct opus_error *err)
 
 	if (strcmp(opus_qtype_cpu_variant(), "avx2") == 0)
 	{
-		/* the AVX2 attention kernel handles 16-slot blocks and heads of 16k */
-		if (c->params.block_size == 16 && hp->head_dim % 16 == 0)
+		/* the AVX2 attention kernel handles heads of 16k elements */
+		if (hp->head_dim % 16 == 0)
 			fs->attend = opus_fwd_attend_avx2;
 		else
 			fs->attend = attend_ref;

@@ -3,10 +3,10 @@
  * the forward pass (see forward_int.h).  Called only after the CPU was found
  * to support them.
  *
- * Attention for up to 3 query heads sharing a KV head, over 16-position
- * blocks (K stored transposed, [dim][slot], so a block's 16 scores for one
- * dimension are two vector FMAs; V stored [slot][dim]).  The arithmetic of
- * one head does not depend on how many heads share the call:
+ * Attention for up to 3 query heads sharing a KV head (K stored transposed
+ * in each block, [dim][slot], so 16 positions' scores for one dimension are
+ * two vector FMAs; V stored [slot][dim]).  The arithmetic of one head does
+ * not depend on how many heads share the call, nor on the block size:
  *  - score of position p: sum over dims d in order, d even into one chain
  *    and d odd into another (FMA), chains added, times scale;
  *  - softmax: max, e = exp(s - max) with the vector exp below, sum over
@@ -22,8 +22,6 @@
 #include <string.h>
 
 #include "qtype.h"
-
-#define KV_BS 16				/* block size this kernel handles */
 
 /* e^x for x <= 0 (inputs below -87.3 give 0), about 1 ulp (Cephes polynomial). */
 static inline __m256
@@ -105,46 +103,60 @@ attend_n(const int NH, const struct opus_attn_args *a)
 {
 	const int	hd = a->hd;
 	const int	n_kv = a->n_kv;
-	const int	stride = (n_kv + KV_BS - 1) / KV_BS * KV_BS;	/* per head in scores */
+	const int	bs = a->bs;
+	const int	stride = (n_kv + 15) / 16 * 16;	/* per head in scores */
 	const __m256 scale = _mm256_set1_ps(a->scale);
 
-	/* scores, one block (16 positions) at a time */
-	for (int p0 = 0; p0 < n_kv; p0 += KV_BS)
+	/*
+	 * Scores, 16 positions of one block at a time.  Loads are always 16
+	 * slots wide; with blocks smaller than 16 (or the last, partial group)
+	 * the extra lanes read other cache data of the same block (K is
+	 * followed by V) and are dropped.
+	 */
+	for (int p0 = 0; p0 < n_kv; p0 += bs)
 	{
 		const uint16_t *kb = (const uint16_t *) (a->kv_mem +
-												 (size_t) a->blocks[p0 / KV_BS] * a->block_bytes + a->k_off);
-		__m256		acc[3][2][2];	/* [head][chain][half] */
+												 (size_t) a->blocks[p0 / bs] * a->block_bytes + a->k_off);
+		int			cnt = n_kv - p0 < bs ? n_kv - p0 : bs;
 
-		_Pragma("GCC unroll 3")
-		for (int h = 0; h < NH; h++)
-			for (int c = 0; c < 2; c++)
-				acc[h][c][0] = acc[h][c][1] = _mm256_setzero_ps();
-		for (int d = 0; d < hd; d += 2)
+		for (int o = 0; o < cnt; o += 16)
 		{
-			_Pragma("GCC unroll 2")
-			for (int c = 0; c < 2; c++)
+			__m256		acc[3][2][2];	/* [head][chain][half] */
+			int			m = cnt - o < 16 ? cnt - o : 16;
+
+			_Pragma("GCC unroll 3")
+			for (int h = 0; h < NH; h++)
+				for (int c = 0; c < 2; c++)
+					acc[h][c][0] = acc[h][c][1] = _mm256_setzero_ps();
+			for (int d = 0; d < hd; d += 2)
 			{
-				const uint16_t *kr = kb + (size_t) (d + c) * KV_BS;
-				__m256		k0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *) kr));
-				__m256		k1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *) (kr + 8)));
-
-				_Pragma("GCC unroll 3")
-				for (int h = 0; h < NH; h++)
+				_Pragma("GCC unroll 2")
+				for (int c = 0; c < 2; c++)
 				{
-					__m256		qd = _mm256_broadcast_ss(a->q + (size_t) h * hd + d + c);
+					const uint16_t *kr = kb + (size_t) (d + c) * bs + o;
+					__m256		k0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *) kr));
+					__m256		k1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *) (kr + 8)));
 
-					acc[h][c][0] = _mm256_fmadd_ps(qd, k0, acc[h][c][0]);
-					acc[h][c][1] = _mm256_fmadd_ps(qd, k1, acc[h][c][1]);
+					_Pragma("GCC unroll 3")
+					for (int h = 0; h < NH; h++)
+					{
+						__m256		qd = _mm256_broadcast_ss(a->q + (size_t) h * hd + d + c);
+
+						acc[h][c][0] = _mm256_fmadd_ps(qd, k0, acc[h][c][0]);
+						acc[h][c][1] = _mm256_fmadd_ps(qd, k1, acc[h][c][1]);
+					}
 				}
 			}
-		}
-		_Pragma("GCC unroll 3")
-		for (int h = 0; h < NH; h++)
-		{
-			float	   *s = a->scores + (size_t) h * stride + p0;
+			_Pragma("GCC unroll 3")
+			for (int h = 0; h < NH; h++)
+			{
+				float	   *sc = a->scores + (size_t) h * stride + p0 + o;
+				float		tmp[16];
 
-			_mm256_storeu_ps(s, _mm256_mul_ps(_mm256_add_ps(acc[h][0][0], acc[h][1][0]), scale));
-			_mm256_storeu_ps(s + 8, _mm256_mul_ps(_mm256_add_ps(acc[h][0][1], acc[h][1][1]), scale));
+				_mm256_storeu_ps(tmp, _mm256_mul_ps(_mm256_add_ps(acc[h][0][0], acc[h][1][0]), scale));
+				_mm256_storeu_ps(tmp + 8, _mm256_mul_ps(_mm256_add_ps(acc[h][0][1], acc[h][1][1]), scale));
+				memcpy(sc, tmp, sizeof(float) * m);
+			}
 		}
 	}
 
@@ -171,8 +183,8 @@ attend_n(const int NH, const struct opus_attn_args *a)
 
 				if (p + c >= n_kv)
 					break;
-				vr = (const uint16_t *) (a->kv_mem + (size_t) a->blocks[(p + c) / KV_BS] * a->block_bytes +
-										 a->v_off) + (size_t) ((p + c) % KV_BS) * hd + d0;
+				vr = (const uint16_t *) (a->kv_mem + (size_t) a->blocks[(p + c) / bs] * a->block_bytes +
+										 a->v_off) + (size_t) ((p + c) % bs) * hd + d0;
 				v0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *) vr));
 				v1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *) (vr + 8)));
 				_Pragma("GCC unroll 3")

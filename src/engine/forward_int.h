@@ -22,7 +22,8 @@ typedef void (*opus_to_f16_fn) (uint16_t *dst, const float *src, int n);
  * sequence's block table: position p lives in block blocks[p / bs], slot
  * p % bs; that block's K for this layer and KV head starts k_off bytes into
  * it, laid out [head_dim][bs] (transposed), and V starts v_off bytes in,
- * laid out [bs][head_dim].  Both F16.  The AVX2 kernel needs bs == 16.
+ * laid out [bs][head_dim].  Both F16.  The AVX2 kernel needs hd % 16 == 0
+ * and gives the same results for any block size.
  */
 struct opus_attn_args
 {

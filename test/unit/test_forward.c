@@ -7,9 +7,10 @@
  *  - logits are bit-identical for 1 and 2 threads;
  *  - a sequence run alone and batched with two others of different lengths
  *    gives bit-identical logits, for prefill and for decode steps;
- *  - a prompt prefilled in one chunk, in uneven chunks and token by token
- *    gives bit-identical logits (every output element is one vec_dot over
- *    the whole row whatever the batch, so the tolerance is zero);
+ *  - a prompt prefilled in one chunk, in uneven chunks and token by token,
+ *    and with KV blocks of 5, 16 or 40 positions, gives bit-identical logits
+ *    (every output element is one dot product over the whole row whatever
+ *    the batch, so the tolerance is zero);
  *  - KV block accounting: blocks used per block_size positions, returned on
  *    release and truncate, capacity and context errors leave the sequence
  *    unchanged, a shared block is copied before it is written;
@@ -127,6 +128,22 @@ test_threads_and_chunks(void)
 	CHECK(run_chunked(c2, toks, N, single, 1, d), "forward token by token");
 	CHECK(memcmp(a, d, sizeof(float) * N * n_vocab) == 0,
 		  "token by token gives bit-identical logits");
+	/* other block sizes: the cache layout must not change any result */
+	for (int bsz = 1; bsz <= 40; bsz += 39)
+	{
+		struct opus_ctx_params p = {
+			.n_threads = 2,.block_size = bsz == 1 ? 5 : bsz,.n_blocks = 64,
+			.max_batch_tokens = 64,.n_ctx = 256,
+		};
+		struct opus_ctx *cb = NULL;
+		struct opus_error err = {0};
+
+		CHECK(opus_ctx_create(model, &p, &cb, &err) == OPUS_OK, "ctx block size %d", p.block_size);
+		CHECK(cb && run_chunked(cb, toks, N, uneven, 4, d), "forward, block size %d", p.block_size);
+		CHECK(memcmp(a, d, sizeof(float) * N * n_vocab) == 0,
+			  "block size %d gives bit-identical logits", p.block_size);
+		opus_ctx_free(cb);
+	}
 	/* the two-thread context again: state left by earlier calls must not matter */
 	CHECK(run_chunked(c2, toks, N, one, 1, d), "forward again");
 	CHECK(memcmp(a, d, sizeof(float) * N * n_vocab) == 0, "repeatable");
