@@ -20,7 +20,8 @@ EXCEPTION WHEN query_canceled OR OTHERS THEN
 END $$;
 
 -- The supervisor shows up as its own backend type, with no database.
-SELECT backend_type, datname FROM pg_stat_activity WHERE backend_type LIKE 'opus%';
+-- (The request logger, connected to opus.database, is checked in stats.)
+SELECT backend_type, datname FROM pg_stat_activity WHERE backend_type = 'opus_pg supervisor';
 
 -- The engine comes up with the default model.
 SELECT state, restarts, busy_slots, max_requests FROM opus_engine;

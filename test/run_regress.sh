@@ -65,6 +65,8 @@ cat >"$conf" <<'EOF'
 shared_preload_libraries = 'opus_pg'
 opus.threads = 2
 opus.max_requests = 8
+# the request log goes to the test database (sql/stats.sql reads it)
+opus.database = 'regression'
 EOF
 if [ -n "${OPUS_ENGINE_PATH:-}" ]; then
 	echo "opus.engine_path = '$OPUS_ENGINE_PATH'" >>"$conf"

@@ -39,6 +39,8 @@ IS 'generation statistics per user, database and model (API version 1 of pg_stat
 CREATE VIEW @extschema@.pg_stat_opus AS
     SELECT * FROM @extschema@.opus_stat_v1();
 
+GRANT SELECT ON @extschema@.pg_stat_opus TO PUBLIC;
+
 COMMENT ON VIEW @extschema@.pg_stat_opus
 IS 'generation requests per user, database and model: completed calls, errors, cancellations, rejections, tokens and times (ms, end to end, of completed calls)';
 
@@ -68,6 +70,8 @@ IS 'one row per queued or running request (API version 1 of pg_stat_opus_activit
 
 CREATE VIEW @extschema@.pg_stat_opus_activity AS
     SELECT * FROM @extschema@.opus_stat_activity_v1();
+
+GRANT SELECT ON @extschema@.pg_stat_opus_activity TO PUBLIC;
 
 COMMENT ON VIEW @extschema@.pg_stat_opus_activity
 IS 'requests queued or running: state queued, prefill or decode, tokens so far, KV blocks held, and the prompt (the first 1 kB; hidden unless it is your own or you have pg_read_all_stats)';
@@ -123,6 +127,8 @@ IS 'the engine, its scheduler and KV cache, throughput, and the request log queu
 CREATE VIEW @extschema@.pg_stat_opus_engine AS
     SELECT * FROM @extschema@.opus_stat_engine_v1();
 
+GRANT SELECT ON @extschema@.pg_stat_opus_engine TO PUBLIC;
+
 COMMENT ON VIEW @extschema@.pg_stat_opus_engine
 IS 'one row: the engine process, batch and KV cache, prefix cache, tokens per second over 10 s and 1 min, queue depth, memory, request log counters';
 
@@ -147,6 +153,8 @@ IS 'latency summaries from the fixed-bucket histograms; percentiles interpolated
 CREATE VIEW @extschema@.pg_stat_opus_latency AS
     SELECT * FROM @extschema@.opus_stat_latency_v1();
 
+GRANT SELECT ON @extschema@.pg_stat_opus_latency TO PUBLIC;
+
 COMMENT ON VIEW @extschema@.pg_stat_opus_latency
 IS 'queue, time_to_first_token, inter_token_latency and end_to_end latency of completed generation requests: count, mean, max, p50, p95, p99 (ms)';
 
@@ -163,6 +171,8 @@ IS 'the latency histograms'' buckets: cumulative count of observations <= le_ms,
 
 CREATE VIEW @extschema@.pg_stat_opus_latency_buckets AS
     SELECT * FROM @extschema@.opus_stat_latency_buckets_v1();
+
+GRANT SELECT ON @extschema@.pg_stat_opus_latency_buckets TO PUBLIC;
 
 COMMENT ON VIEW @extschema@.pg_stat_opus_latency_buckets
 IS 'cumulative latency histogram buckets (le_ms = Infinity is the total), for Prometheus';

@@ -79,6 +79,7 @@ typedef struct OpusTrack
 	uint64		id;				/* request tracked; 0 = none */
 	bool		logged;			/* sampled into the request log */
 	TimestampTz sent_at;
+	TimestampTz first_token_at; /* when the first token was seen */
 	TimestampTz last_token_at;	/* when n_generated last grew */
 	int32		n_generated;
 	struct opus_proto_params params;
@@ -651,6 +652,8 @@ tokens_generated(OpusTrack *t, int32 n, TimestampTz now)
 		hist_add(OPUS_HIST_ITL, ms_between(t->last_token_at, now) / k, k);
 	add_rate_sample(now);
 	SpinLockRelease(&OpusStats->mutex);
+	if (t->n_generated == 0)
+		t->first_token_at = now;
 	t->n_generated = n;
 	t->last_token_at = now;
 }
@@ -742,13 +745,17 @@ end_without_usage(int i, OpusReqStatus status, const char *message)
 		rec.finish = status == OPUS_REQ_CANCELLED ? OPUS_PROTO_FINISH_CANCELLED :
 			OPUS_PROTO_FINISH_ERROR;
 		rec.started_at = t ? t->sent_at : 0;
+		rec.first_token_at = t ? t->first_token_at : 0;
 		rec.finished_at = GetCurrentTimestamp();
+		/* token counts as far as the engine reported them; -1 = unknown */
+		rec.n_prompt = rec.n_completion = rec.n_cached = -1;
 		if (t)
 		{
 			OpusSlotActivity *a = &OpusStats->activity[i];
 
 			SpinLockAcquire(&a->mutex);
-			if (a->request_id == slot->request_id)
+			if (a->request_id == slot->request_id && a->phase != 0 &&
+				a->n_prompt > 0)
 			{
 				rec.n_prompt = a->n_prompt;
 				rec.n_completion = a->n_generated;
