@@ -120,3 +120,10 @@ for k, r in enumerate(rows):
         print("|" + "|".join("-" * (w[i] + 2) for i in range(4)) + "|")
 PY
 echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
+ncpu=$(getconf _NPROCESSORS_ONLN 2>/dev/null || echo 1)
+if awk -v l="$(cut -d' ' -f1 /proc/loadavg)" -v n="$ncpu" -v t="$threads" \
+	'BEGIN { exit !(l + 0 > n - t + 0.5) }'; then
+	echo "warning: the machine was busy (load above what $threads benchmark threads on $ncpu CPUs leave);"
+	echo "  llama.cpp's spinning thread barrier loses far more than opus_engine when its threads"
+	echo "  are descheduled, so these ratios overstate opus; rerun on an idle machine"
+fi
