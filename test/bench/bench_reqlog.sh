@@ -16,11 +16,11 @@
 #
 # usage: test/bench/bench_reqlog.sh [psql connection options...]
 #   e.g. test/bench/bench_reqlog.sh -h /tmp -p 5432 -d postgres
-# Env: ROUNDS (default 6), N (calls per round and mode, default 20),
+# Env: ROUNDS (default 24), N (calls per round and mode, default 5),
 #      MAX_TOKENS (default 16), PROMPT.
 set -euo pipefail
-ROUNDS=${ROUNDS:-6}
-N=${N:-20}
+ROUNDS=${ROUNDS:-24}
+N=${N:-5}
 MAX_TOKENS=${MAX_TOKENS:-16}
 PROMPT=${PROMPT:-The capital of France is}
 
@@ -29,7 +29,7 @@ run_block() {
 	cat <<EOF
 ALTER SYSTEM SET opus.log_requests = $mode;
 SELECT pg_reload_conf() \\g /dev/null
-SELECT pg_sleep(0.3) \\g /dev/null
+SELECT pg_sleep(0.2) \\g /dev/null
 DO \$\$
 DECLARE
     t0 timestamptz;
@@ -51,10 +51,10 @@ EOF
 	cat <<EOF
 CREATE EXTENSION IF NOT EXISTS opus_pg;
 CREATE TEMP TABLE reqlog_bench(mode text, round int, i int, ms float8, engine_ms float8);
-CREATE TEMP TABLE reqlog_counters AS
-    SELECT log_written + log_dropped + log_pending AS records FROM pg_stat_opus_engine;
 -- warm up
 SELECT opus_generate('$PROMPT', max_tokens => $MAX_TOKENS, temperature => 0) \\g /dev/null
+CREATE TEMP TABLE reqlog_counters AS
+    SELECT log_written + log_dropped + log_pending AS records FROM pg_stat_opus_engine;
 EOF
 	for r in $(seq 1 "$ROUNDS"); do
 		run_block on "$r"
@@ -82,6 +82,17 @@ SELECT round((on_ms / off_ms)::numeric, 4) AS ratio_of_medians,
        round((on_out - off_out)::numeric, 3) AS outside_engine_delta_ms,
        round((100 * (on_out - off_out) / off_ms)::numeric, 2) AS outside_engine_delta_pct
 FROM m;
+\\echo 'paired by round (each on-block against the off-block right after it):'
+WITH r AS (
+    SELECT round,
+           percentile_cont(0.5) WITHIN GROUP (ORDER BY ms) FILTER (WHERE mode = 'on') AS on_ms,
+           percentile_cont(0.5) WITHIN GROUP (ORDER BY ms) FILTER (WHERE mode = 'off') AS off_ms
+    FROM reqlog_bench GROUP BY round)
+SELECT count(*) AS rounds,
+       round(percentile_cont(0.5) WITHIN GROUP (ORDER BY 100 * (on_ms - off_ms) / off_ms)::numeric, 2) AS median_round_overhead_pct,
+       round(min(100 * (on_ms - off_ms) / off_ms)::numeric, 2) AS min_pct,
+       round(max(100 * (on_ms - off_ms) / off_ms)::numeric, 2) AS max_pct
+FROM r;
 \\echo 'log records produced (a START and a FINISH per call with the log on; none with it off):'
 SELECT e.log_written + e.log_dropped + e.log_pending - c.records AS records,
        2 * (SELECT count(*) FROM reqlog_bench WHERE mode = 'on') AS expected,
