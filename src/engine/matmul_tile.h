@@ -99,6 +99,9 @@ MM_NAME(q4_1_rows) (const int C, int nb, int n_rows,
 		{
 			__m128i		q = _mm_loadu_si128((const __m128i *) wr[b].qs);
 			__m256i		wq = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), lowmask);
+
+			if (C == 1)
+				_mm_prefetch((const char *) (wr + b) + MM_PREFETCH, _MM_HINT_T0);
 			uint32_t	dm_bits;
 			__m128		dm;
 			__m256		dw,
@@ -142,6 +145,9 @@ MM_NAME(q8_0_rows) (const int C, int nb, int n_rows,
 		{
 			__m256i		wq = _mm256_loadu_si256((const __m256i *) wr[b].qs);
 			__m256i		wa = _mm256_sign_epi8(wq, wq);
+
+			if (C == 1)
+				_mm_prefetch((const char *) (wr + b) + MM_PREFETCH, _MM_HINT_T0);
 			__m256		dw = _mm256_broadcastss_ps(_mm_cvtph_ps(_mm_cvtsi32_si128(wr[b].d)));
 
 			_Pragma("GCC unroll 8")
