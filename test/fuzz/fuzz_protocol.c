@@ -56,6 +56,7 @@ parse_payload(const uint8_t *p, size_t len)
 	struct opus_proto_submit submit;
 	struct opus_proto_done done;
 	struct opus_proto_stats stats;
+	struct opus_proto_progress progress;
 
 	sink += opus_proto_parse_hello(p, len, &hello, &why);
 	sink += opus_proto_parse_ready(p, len, &ready, &why);
@@ -64,6 +65,7 @@ parse_payload(const uint8_t *p, size_t len)
 		walk_submit(&submit);
 	sink += opus_proto_parse_done(p, len, &done, &why);
 	sink += opus_proto_parse_stats(p, len, &stats, &why);
+	sink += opus_proto_parse_progress(p, len, &progress, &why);
 	sink += opus_proto_parse_text(p, len, &why);
 	sink += opus_proto_parse_tokens(p, len, &why);
 	sink += opus_proto_parse_empty(len, &why);

@@ -374,6 +374,50 @@ test_writer_overflow(void)
 	CHECK(w.overflow && w.len == 8, "overflow flagged, nothing written");
 }
 
+/* PROGRESS (protocol v2): round trip, sizes, reserved bytes, ranges. */
+static void
+test_progress(void)
+{
+	uint8_t		buf[64];
+	struct opus_proto_writer w;
+	struct opus_proto_progress p,
+				p2;
+	const char *why = NULL;
+
+	memset(&p, 0, sizeof(p));
+	p.phase = OPUS_PROTO_PHASE_DECODE;
+	p.priority = 3;
+	p.n_prompt = 40;
+	p.n_prompt_done = 40;
+	p.n_generated = 7;
+	p.kv_blocks = 3;
+	opus_proto_writer_init(&w, buf, sizeof(buf));
+	opus_proto_encode_progress(&w, &p);
+	CHECK(w.len == OPUS_PROTO_PROGRESS_SIZE, "PROGRESS has its fixed size");
+	CHECK(opus_proto_parse_progress(buf, w.len, &p2, &why) && p2.phase == p.phase &&
+		  p2.priority == 3 && p2.n_prompt == 40 && p2.n_prompt_done == 40 &&
+		  p2.n_generated == 7 && p2.kv_blocks == 3, "PROGRESS round-trips");
+	for (size_t n = 0; n < w.len; n++)
+		CHECK(!opus_proto_parse_progress(buf, n, &p2, &why), "truncated PROGRESS (%zu) rejected", n);
+	CHECK(!opus_proto_parse_progress(buf, w.len + 1, &p2, &why), "PROGRESS with a trailing byte rejected");
+	buf[1] = 1;
+	CHECK(!opus_proto_parse_progress(buf, w.len, &p2, &why), "PROGRESS reserved byte checked");
+	buf[1] = 0;
+	buf[0] = OPUS_PROTO_PHASE__COUNT;
+	CHECK(!opus_proto_parse_progress(buf, w.len, &p2, &why), "unknown phase rejected");
+	buf[0] = 0;
+	CHECK(!opus_proto_parse_progress(buf, w.len, &p2, &why), "phase 0 rejected");
+	p.n_prompt_done = 41;
+	opus_proto_writer_init(&w, buf, sizeof(buf));
+	opus_proto_encode_progress(&w, &p);
+	CHECK(!opus_proto_parse_progress(buf, w.len, &p2, &why), "prompt done beyond the prompt rejected");
+	p.n_prompt_done = 40;
+	p.kv_blocks = -1;
+	opus_proto_writer_init(&w, buf, sizeof(buf));
+	opus_proto_encode_progress(&w, &p);
+	CHECK(!opus_proto_parse_progress(buf, w.len, &p2, &why), "negative KV blocks rejected");
+}
+
 int
 main(void)
 {
@@ -381,6 +425,7 @@ main(void)
 	test_hello_ready();
 	test_submit();
 	test_done_stats_fatal();
+	test_progress();
 	test_writer_overflow();
 	free(submit_copy);
 	return UNIT_DONE();
