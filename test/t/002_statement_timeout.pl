@@ -1,5 +1,6 @@
 # 002_statement_timeout.pl - statement_timeout = 200 ms on a long generation
-# fails with 57014 promptly, and its request slot is free within a second:
+# fails with 57014 promptly, and its request slot is free within a second
+# (and the same for opus.request_timeout = 200 ms):
 # afterwards opus.max_requests concurrent calls all get a slot and succeed,
 # quickly (the engine is not still busy with the abandoned request).
 use strict;
@@ -34,6 +35,17 @@ cmp_ok($elapsed, '<', 1.5,
 # The slot is free within a second.
 my $t_free = poll_until(1.0, sub { active_requests($node) == 0 });
 ok(defined $t_free, 'no request slot busy and none in the engine within 1 s');
+
+# opus.request_timeout ends a request the same way.
+$q = start_query($node, long_sql(), setup => 'SET opus.request_timeout = 200');
+wait_query($q, 30);
+$elapsed = $q->{t_end} - $q->{t0};
+is($q->{sqlstate}, '57014', 'opus.request_timeout: 57014') or diag($q->{err});
+like($q->{err}, qr/opus\.request_timeout/, 'message names opus.request_timeout');
+cmp_ok($elapsed, '<', 1.5,
+	sprintf('cancelled promptly (%.2f s after start)', $elapsed));
+ok(defined poll_until(1.0, sub { active_requests($node) == 0 }),
+	'no request slot busy and none in the engine within 1 s');
 
 # Every slot usable at once: max_requests concurrent calls all succeed.
 my @qs;
