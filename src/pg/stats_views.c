@@ -304,16 +304,19 @@ process_rss(int pid)
 
 /*
  * Tokens per second over the window ending now: the cumulative count now
- * minus the count at (now - window), read from the newest sample taken at
- * or before it (the counts are flat between samples).  Caller holds
- * OpusStats->mutex.
+ * minus the count at (now - window).  That count is read from the samples
+ * around it: interpolated between two samples less than 1.5 s apart (the
+ * engine was busy, the count grew steadily), else the older sample's (the
+ * count was flat across a longer gap: samples are taken whenever tokens
+ * are counted).  Caller holds OpusStats->mutex.
  */
 static void
 window_rates(TimestampTz now, int window_s, double *gen_rate, double *prompt_rate)
 {
 	TimestampTz from = now - (TimestampTz) window_s * USECS_PER_SEC;
-	int64		gen0 = 0,
+	double		gen0 = 0,
 				prompt0 = 0;
+	const OpusRateSample *newer = NULL;
 	int			j;
 
 	for (j = 0; j < OpusStats->n_samples; j++)
@@ -322,13 +325,21 @@ window_rates(TimestampTz now, int window_s, double *gen_rate, double *prompt_rat
 
 		if (s->t <= from)
 		{
-			gen0 = s->gen;
-			prompt0 = s->prompt;
+			gen0 = (double) s->gen;
+			prompt0 = (double) s->prompt;
+			if (newer != NULL && newer->t - s->t < 3 * USECS_PER_SEC / 2)
+			{
+				double		f = (double) (from - s->t) / (double) (newer->t - s->t);
+
+				gen0 += f * (double) (newer->gen - s->gen);
+				prompt0 += f * (double) (newer->prompt - s->prompt);
+			}
 			break;
 		}
+		newer = s;
 	}
-	*gen_rate = (double) (OpusStats->gen_total - gen0) / window_s;
-	*prompt_rate = (double) (OpusStats->prompt_total - prompt0) / window_s;
+	*gen_rate = ((double) OpusStats->gen_total - gen0) / window_s;
+	*prompt_rate = ((double) OpusStats->prompt_total - prompt0) / window_s;
 }
 
 #define ENG_COLS 38
