@@ -107,6 +107,8 @@ CREATE VIEW @extschema@.opus_async AS
 
 COMMENT ON VIEW @extschema@.opus_async IS 'asynchronous requests the caller may use, with their state and when an unread result expires';
 
+GRANT SELECT ON @extschema@.opus_async TO PUBLIC;
+
 CREATE FUNCTION @extschema@.opus_generate_many(
     prompts text[],
     max_tokens integer DEFAULT NULL,

@@ -549,6 +549,12 @@ BEGIN
         RAISE EXCEPTION 'target_column must not be a key column' USING ERRCODE = 'invalid_parameter_value';
     END IF;
     PERFORM @extschema@.opus_job_check_options(options);
+    IF EXISTS (SELECT FROM @extschema@.opus_job AS o
+               WHERE o.name OPERATOR(pg_catalog.=) opus_job_create.name
+                 AND o.owner::pg_catalog.oid OPERATOR(pg_catalog.=)
+                     (SELECT r.oid FROM pg_catalog.pg_roles AS r WHERE r.rolname OPERATOR(pg_catalog.=) CURRENT_USER)) THEN
+        RAISE EXCEPTION 'opus job "%" already exists', opus_job_create.name USING ERRCODE = 'duplicate_object';
+    END IF;
     IF concurrency IS NULL OR concurrency OPERATOR(pg_catalog.<) 1 OR concurrency OPERATOR(pg_catalog.>) 10000 THEN
         RAISE EXCEPTION 'concurrency must be between 1 and 10000' USING ERRCODE = 'invalid_parameter_value';
     END IF;
@@ -1035,7 +1041,8 @@ IS 'process the job''s rows that are not done (at most max_rows), committing res
 
 -- Progress --------------------------------------------------------------------
 
-CREATE VIEW @extschema@.opus_job_progress AS
+-- security_invoker: the job tables' row-level security applies to the reader.
+CREATE VIEW @extschema@.opus_job_progress WITH (security_invoker = true) AS
     SELECT
         CASE WHEN running THEN r.pid END AS pid,
         j.id AS job_id,
@@ -1090,3 +1097,5 @@ CREATE VIEW @extschema@.opus_job_progress AS
     ) AS s ON true;
 
 COMMENT ON VIEW @extschema@.opus_job_progress IS 'each visible job''s latest run, in the style of pg_stat_progress_*: phase, rows total/done/failed/remaining, tokens, rates, estimated time left, last error';
+
+GRANT SELECT ON @extschema@.opus_job_progress TO PUBLIC;

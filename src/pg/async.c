@@ -170,7 +170,10 @@ expire_results(void)
 	}
 }
 
-/* Slots now holding async requests (any state but FREE). */
+/*
+ * Slots now holding async requests: any state but FREE, and CANCELLED,
+ * which the supervisor frees at its next pass.
+ */
 static int
 count_async(void)
 {
@@ -182,7 +185,7 @@ count_async(void)
 		OpusSlot   *slot = OpusGetSlot(i);
 
 		SpinLockAcquire(&slot->mutex);
-		n += slot->async && slot->state != OPUS_SLOT_FREE;
+		n += slot->async && slot->state != OPUS_SLOT_FREE && slot->state != OPUS_SLOT_CANCELLED;
 		SpinLockRelease(&slot->mutex);
 	}
 	return n;
@@ -385,7 +388,7 @@ submit_async(const OpusRequest *req, bool detached)
 	expire_results();
 	if (cap <= 0)
 		ereport(ERROR,
-				(errcode(ERRCODE_INSUFFICIENT_RESOURCES),
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("asynchronous opus requests are disabled"),
 				 errhint("Set opus.max_async_requests above 0.")));
 
@@ -734,7 +737,7 @@ slot_state_name(OpusSlotState st)
 		case OPUS_SLOT_ERROR:
 			return "error";
 		case OPUS_SLOT_CANCELLED:
-			return "cancelled";
+			return "cancelling";
 		default:
 			return "free";
 	}
@@ -778,7 +781,7 @@ opus_async_requests(PG_FUNCTION_ARGS)
 		if (!slot->async)
 			st = OPUS_SLOT_FREE;
 		SpinLockRelease(&slot->mutex);
-		if (st == OPUS_SLOT_FREE || st == OPUS_SLOT_CANCELLED)
+		if (st == OPUS_SLOT_FREE)
 			continue;
 		if (userid != GetUserId() && !has_privs_of_role(GetUserId(), userid))
 			continue;
