@@ -20,7 +20,8 @@
  * the records are discarded (counted as dropped) and a LOG line says so once.
  *
  * Every opus.log_flush_interval (or sooner when the ring is half full) the
- * logger takes what the ring holds and writes it in one transaction: a
+ * logger takes what the ring holds and writes it in one transaction (with
+ * synchronous_commit off: a crash may lose the last batch): a
  * FINISH whose START is in the same batch becomes a single INSERT of the
  * finished row; a START alone is INSERTed with status 'running'; a FINISH
  * alone UPDATEs its running row (or INSERTs if there is none).  At start-up
@@ -634,6 +635,12 @@ OpusLoggerMain(Datum arg)
 	if (OpusLog == NULL || OpusShared == NULL)
 		ereport(ERROR, (errmsg("opus_pg shared memory is not initialised")));
 	BackgroundWorkerInitializeConnection(opus_log_database, NULL, 0);
+	/*
+	 * The log is accounting, not data callers wait on: a crash may lose the
+	 * last batch (those requests' START rows are then marked interrupted),
+	 * so the logger does not wait for WAL flushes.
+	 */
+	SetConfigOption("synchronous_commit", "off", PGC_SUSET, PGC_S_OVERRIDE);
 
 	SpinLockAcquire(&OpusLog->mutex);
 	OpusLog->logger_procno = MyProc->pgprocno;

@@ -55,6 +55,15 @@ CREATE TEMP TABLE reqlog_bench(mode text, round int, i int, ms float8, engine_ms
 SELECT opus_generate('$PROMPT', max_tokens => $MAX_TOKENS, temperature => 0) \\g /dev/null
 CREATE TEMP TABLE reqlog_counters AS
     SELECT log_written + log_dropped + log_pending AS records FROM pg_stat_opus_engine;
+-- CPU time (utime + stime, clock ticks) of the logger process
+CREATE FUNCTION pg_temp.logger_cpu_ticks() RETURNS bigint LANGUAGE sql AS \$f\$
+    SELECT (f[12])::bigint + (f[13])::bigint
+    FROM pg_stat_activity a,
+         LATERAL regexp_split_to_array(
+             split_part(pg_read_file('/proc/' || a.pid || '/stat'), ') ', 2), ' ') f
+    WHERE a.backend_type = 'opus_pg logger'
+\$f\$;
+CREATE TEMP TABLE reqlog_cpu AS SELECT pg_temp.logger_cpu_ticks() AS ticks;
 EOF
 	for r in $(seq 1 "$ROUNDS"); do
 		run_block on "$r"
@@ -93,6 +102,12 @@ SELECT count(*) AS rounds,
        round(min(100 * (on_ms - off_ms) / off_ms)::numeric, 2) AS min_pct,
        round(max(100 * (on_ms - off_ms) / off_ms)::numeric, 2) AS max_pct
 FROM r;
+\\echo 'CPU the logger process used (writes happen there, not in the caller):'
+SELECT (SELECT count(*) FROM reqlog_bench WHERE mode = 'on') AS logged_calls,
+       (pg_temp.logger_cpu_ticks() - c.ticks) * 1000 / $(getconf CLK_TCK) AS logger_cpu_ms,
+       round(((pg_temp.logger_cpu_ticks() - c.ticks) * 1000.0 / $(getconf CLK_TCK)
+              / (SELECT count(*) FROM reqlog_bench WHERE mode = 'on'))::numeric, 3) AS cpu_ms_per_request
+FROM reqlog_cpu c;
 \\echo 'log records produced (a START and a FINISH per call with the log on; none with it off):'
 SELECT e.log_written + e.log_dropped + e.log_pending - c.records AS records,
        2 * (SELECT count(*) FROM reqlog_bench WHERE mode = 'on') AS expected,
