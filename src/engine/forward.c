@@ -505,8 +505,10 @@ attend_ref(const struct opus_attn_args *a)
 													 a->k_off) + p % bs;
 			float		dot = 0.0f;
 
+			/* q rounded to F16 like the AVX2 kernel (and llama.cpp) */
 			for (int d = 0; d < hd; d++)
-				dot += q[d] * opus_fp16_to_fp32(kb[(size_t) d * bs]);
+				dot += opus_fp16_to_fp32(opus_fp32_to_fp16(q[d])) *
+					opus_fp16_to_fp32(kb[(size_t) d * bs]);
 			s[p] = dot * a->scale;
 			if (s[p] > max)
 				max = s[p];
@@ -522,7 +524,7 @@ attend_ref(const struct opus_attn_args *a)
 		{
 			const uint16_t *vr = (const uint16_t *) (a->kv_mem + (size_t) a->blocks[p / bs] * a->block_bytes +
 													 a->v_off) + (size_t) (p % bs) * hd;
-			float		w = s[p] * inv;
+			float		w = opus_fp16_to_fp32(opus_fp32_to_fp16(s[p] * inv));
 
 			for (int d = 0; d < hd; d++)
 				out[d] += w * opus_fp16_to_fp32(vr[d]);
@@ -901,8 +903,8 @@ opus_fwd_state_create(struct opus_ctx *c, struct opus_error *err)
 
 	if (strcmp(opus_qtype_cpu_variant(), "avx2") == 0)
 	{
-		/* the AVX2 attention kernel handles heads of 16k elements */
-		if (hp->head_dim % 16 == 0)
+		/* the AVX2 attention kernel handles heads of 16k elements, up to 256 */
+		if (hp->head_dim % 16 == 0 && hp->head_dim <= 256)
 			fs->attend = opus_fwd_attend_avx2;
 		else
 			fs->attend = attend_ref;

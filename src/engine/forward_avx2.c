@@ -12,6 +12,9 @@
  *  - softmax: max, e = exp(s - max) with the vector exp below, sum over
  *    positions with lane p % 8 accumulating p in order, lanes reduced as
  *    ((l0+l1)+(l2+l3))+((l4+l5)+(l6+l7)); weights e * (1 / sum);
+ *  - like llama.cpp (whose attention multiplies F16 K and V by queries and
+ *    weights converted to F16), queries and weights are rounded to F16,
+ *    which keeps our logits measurably closer to the oracle's;
  *  - output dim i: sum over positions, even p into one chain and odd p into
  *    another (FMA), chains added.
  */
@@ -95,7 +98,13 @@ softmax(float *s, int n)
 	inv = 1.0f / hsum_tree(vsum);
 	vmax = _mm256_set1_ps(inv);
 	for (int p = 0; p < n8; p += 8)
-		_mm256_storeu_ps(s + p, _mm256_mul_ps(_mm256_loadu_ps(s + p), vmax));
+	{
+		__m256		w = _mm256_mul_ps(_mm256_loadu_ps(s + p), vmax);
+
+		/* weights rounded to F16, as llama.cpp's F16 V product does */
+		w = _mm256_cvtph_ps(_mm256_cvtps_ph(w, _MM_FROUND_TO_NEAREST_INT));
+		_mm256_storeu_ps(s + p, w);
+	}
 }
 
 static inline __attribute__((always_inline)) void
@@ -106,6 +115,13 @@ attend_n(const int NH, const struct opus_attn_args *a)
 	const int	bs = a->bs;
 	const int	stride = (n_kv + 15) / 16 * 16;	/* per head in scores */
 	const __m256 scale = _mm256_set1_ps(a->scale);
+	float		qbuf[3 * 256];
+	const float *qr = qbuf;
+
+	/* queries rounded to F16, as llama.cpp's F16 K product does */
+	for (int i = 0; i < NH * hd; i += 8)
+		_mm256_storeu_ps(qbuf + i, _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_loadu_ps(a->q + i),
+																	 _MM_FROUND_TO_NEAREST_INT)));
 
 	/*
 	 * Scores, 16 positions of one block at a time.  Loads are always 16
@@ -140,7 +156,7 @@ attend_n(const int NH, const struct opus_attn_args *a)
 					_Pragma("GCC unroll 3")
 					for (int h = 0; h < NH; h++)
 					{
-						__m256		qd = _mm256_broadcast_ss(a->q + (size_t) h * hd + d + c);
+						__m256		qd = _mm256_broadcast_ss(qr + (size_t) h * hd + d + c);
 
 						acc[h][c][0] = _mm256_fmadd_ps(qd, k0, acc[h][c][0]);
 						acc[h][c][1] = _mm256_fmadd_ps(qd, k1, acc[h][c][1]);

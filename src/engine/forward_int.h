@@ -23,7 +23,7 @@ typedef void (*opus_to_f16_fn) (uint16_t *dst, const float *src, int n);
  * p % bs; that block's K for this layer and KV head starts k_off bytes into
  * it, laid out [head_dim][bs] (transposed), and V starts v_off bytes in,
  * laid out [bs][head_dim].  Both F16.  The AVX2 kernel needs hd % 16 == 0
- * and gives the same results for any block size.
+ * and hd <= 256, and gives the same results for any block size.
  */
 struct opus_attn_args
 {
