@@ -84,14 +84,17 @@ PSQL=("$BIN/psql" -X -h "$DIR" -p "$PORT" -U postgres -d postgres)
 "${PSQL[@]}" -c 'SELECT name, architecture, parameters, tensor_type, context_length FROM opus_model'
 
 step "SELECT opus_generate(...) and opus_chat(...)"
-"${PSQL[@]}" -v prompt="$PROMPT" -v question="$QUESTION" -v ON_ERROR_STOP=1 <<'EOF'
+"${PSQL[@]}" -q -v prompt="$PROMPT" -v question="$QUESTION" -v ON_ERROR_STOP=1 <<'EOF'
+\pset tuples_only on
+\pset format unaligned
 \timing on
-\pset format wrapped
-\pset columns 100
+\echo '-- opus_generate(' :'prompt' ')'
 SELECT :'prompt' || opus_generate(:'prompt', max_tokens => 48, temperature => 0,
-                                  stop => ARRAY[E'\n\n']) AS opus_generate;
+                                  stop => ARRAY[E'\n\n']);
+\echo
+\echo '-- opus_chat(' :'question' ')'
 SELECT opus_chat(jsonb_build_array(jsonb_build_object('role', 'user', 'content', :'question')),
-                 max_tokens => 64, temperature => 0) AS opus_chat;
+                 max_tokens => 64, temperature => 0);
 EOF
 
 cat <<EOF
