@@ -422,6 +422,19 @@ $$;
 COMMENT ON FUNCTION @extschema@.opus_job_error_is_permanent(text)
 IS 'internal: true for SQLSTATEs a retry cannot fix (classes 22, 23, 42, 54, 0A)';
 
+-- Whether an error is the engine's rather than the row's (class 58: the
+-- engine died, cannot start, or its model is missing).  Such a failure does
+-- not use up one of the row's attempts.
+CREATE FUNCTION @extschema@.opus_job_error_is_system(sqlstate text)
+RETURNS boolean
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$
+    SELECT pg_catalog.left(sqlstate, 2) OPERATOR(pg_catalog.=) '58'
+$$;
+
+COMMENT ON FUNCTION @extschema@.opus_job_error_is_system(text)
+IS 'internal: true for SQLSTATEs of class 58 (the engine, not the row, failed)';
+
 -- Write results: the target rows (updated where the key exists, inserted
 -- where not) and the items marked done, in the caller's transaction.
 CREATE FUNCTION @extschema@.opus_job_write(
@@ -473,7 +486,8 @@ $$;
 COMMENT ON FUNCTION @extschema@.opus_job_write(@extschema@.opus_job, bigint[], jsonb[], text[], text[], integer[], integer[], integer[])
 IS 'internal: write a chunk of results to the target and mark their items done';
 
--- Record failed attempts; returns how many items failed for good.
+-- Record failed attempts; returns how many items failed for good.  An
+-- engine failure (class 58) is retried without counting as an attempt.
 CREATE FUNCTION @extschema@.opus_job_fail(
     j @extschema@.opus_job, item_ids bigint[], sqlstates text[], errors text[])
 RETURNS bigint
@@ -481,9 +495,11 @@ LANGUAGE sql VOLATILE PARALLEL UNSAFE
 AS $$
     WITH f AS (
         UPDATE @extschema@.opus_job_item AS i
-        SET attempts = i.attempts OPERATOR(pg_catalog.+) 1,
+        SET attempts = i.attempts OPERATOR(pg_catalog.+)
+                CASE WHEN @extschema@.opus_job_error_is_system(x.sqlstate) THEN 0 ELSE 1 END,
             last_sqlstate = x.sqlstate, last_error = x.error,
-            state = CASE WHEN @extschema@.opus_job_error_is_permanent(x.sqlstate)
+            state = CASE WHEN @extschema@.opus_job_error_is_system(x.sqlstate) THEN 'pending'
+                         WHEN @extschema@.opus_job_error_is_permanent(x.sqlstate)
                            OR i.attempts OPERATOR(pg_catalog.+) 1 OPERATOR(pg_catalog.>=) j.max_attempts
                          THEN 'failed' ELSE 'pending' END,
             next_attempt_at = pg_catalog.clock_timestamp() OPERATOR(pg_catalog.+)
@@ -782,6 +798,7 @@ DECLARE
     n_failed bigint;
     st text;
     msg text;
+    engine_errors integer := 0;     -- engine failures since the last success
 BEGIN
     j := @extschema@.opus_job_find(job_name);
     PERFORM @extschema@.opus_job_check_owner(j, 'run');
@@ -904,6 +921,7 @@ BEGIN
                     GET STACKED DIAGNOSTICS st = RETURNED_SQLSTATE, msg = MESSAGE_TEXT;
                 END;
                 IF st IS NULL THEN
+                    engine_errors := 0;
                     ok_items := pg_catalog.array_append(ok_items, req_items[pos]);
                     ok_keys := pg_catalog.array_append(ok_keys, req_keys[pos]);
                     ok_outputs := pg_catalog.array_append(ok_outputs, COALESCE(
@@ -915,6 +933,9 @@ BEGIN
                     ok_cached := pg_catalog.array_append(ok_cached,
                         (res OPERATOR(pg_catalog.#>>) '{usage,prompt_tokens_details,cached_tokens}')::integer);
                 ELSE
+                    IF @extschema@.opus_job_error_is_system(st) THEN
+                        engine_errors := engine_errors OPERATOR(pg_catalog.+) 1;
+                    END IF;
                     bad_items := pg_catalog.array_append(bad_items, req_items[pos]);
                     bad_states := pg_catalog.array_append(bad_states, st);
                     bad_errors := pg_catalog.array_append(bad_errors, msg);
@@ -925,8 +946,10 @@ BEGIN
             END IF;
         END IF;
 
-        -- Write a chunk: when it is full, every second, and when idle.
-        IF pg_catalog.cardinality(ok_items) OPERATOR(pg_catalog.+) pg_catalog.cardinality(bad_items)
+        -- Write a chunk: when it is full, every second, when idle, and
+        -- before giving up on an engine that keeps failing.
+        IF engine_errors OPERATOR(pg_catalog.>=) GREATEST(32, 2 OPERATOR(pg_catalog.*) j.concurrency)
+           OR pg_catalog.cardinality(ok_items) OPERATOR(pg_catalog.+) pg_catalog.cardinality(bad_items)
                OPERATOR(pg_catalog.>=) j.commit_every
            OR pg_catalog.cardinality(req_ids) OPERATOR(pg_catalog.=) 0
            OR pg_catalog.clock_timestamp() OPERATOR(pg_catalog.-) last_flush OPERATOR(pg_catalog.>=) '1 second'::interval THEN
@@ -982,6 +1005,19 @@ BEGIN
             COMMIT;
             lost := NOT @extschema@.opus_job_begin(j);
             EXIT WHEN lost;
+            IF engine_errors OPERATOR(pg_catalog.>=) GREATEST(32, 2 OPERATOR(pg_catalog.*) j.concurrency) THEN
+                -- Every request fails in the engine: stop, leaving the rows
+                -- pending (their attempts untouched) for a later run.
+                PERFORM @extschema@.opus_cancel(x) FROM pg_catalog.unnest(req_ids) AS x;
+                UPDATE @extschema@.opus_job_run AS r SET status = 'failed', phase = 'failed',
+                    ended_at = pg_catalog.clock_timestamp(), updated_at = pg_catalog.clock_timestamp()
+                WHERE r.id OPERATOR(pg_catalog.=) run_id;
+                COMMIT;
+                RAISE EXCEPTION 'opus job "%" stopped: the engine failed % requests in a row', j.name, engine_errors
+                    USING ERRCODE = 'system_error',
+                          DETAIL = 'The last error was: ' OPERATOR(pg_catalog.||) bad_errors[pg_catalog.cardinality(bad_errors)],
+                          HINT = 'Rows stay pending; run the job again once the engine works (see opus_engine).';
+            END IF;
             ok_items := '{}'; ok_keys := '{}'; ok_outputs := '{}'; ok_finish := '{}';
             ok_ptok := '{}'; ok_ctok := '{}'; ok_cached := '{}';
             bad_items := '{}'; bad_states := '{}'; bad_errors := '{}';

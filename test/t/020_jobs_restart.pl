@@ -86,9 +86,10 @@ is($check, "$ROWS|$ROWS|$ROWS|0", "exactly $ROWS results, no duplicates, none mi
 is($node->safe_psql('postgres',
 		"SELECT state || ':' || count(*) FROM opus_job_item GROUP BY state"),
 	"done:$ROWS", 'every work item is done');
-cmp_ok($node->safe_psql('postgres',
-		'SELECT count(*) FROM opus_job_item WHERE attempts > 1'),
+cmp_ok($node->safe_psql('postgres', 'SELECT sum(rows_retried) FROM opus_job_run'),
 	'>=', 1, 'requests lost with the engine were retried');
+is($node->safe_psql('postgres', 'SELECT max(attempts) FROM opus_job_item'), '1',
+	'engine failures did not use up attempts');
 is($node->safe_psql('postgres',
 		"SELECT string_agg(status, ',' ORDER BY id) FROM opus_job_run"),
 	'interrupted,finished', 'the run log: one interrupted run, one finished');
@@ -104,6 +105,30 @@ my $third = wait_query(start_query($node, "CALL opus_job_run('big')"), 60);
 is($third->{rc}, 0, 'a third run succeeds');
 is($node->safe_psql('postgres', 'SELECT count(*) FROM results'), $ROWS,
 	'the third run wrote nothing');
+
+# An engine that cannot start stops a run without failing its rows: they
+# stay pending, attempts untouched, and the next run does them.
+$node->safe_psql('postgres', qq{
+	INSERT INTO src SELECT i, 'Row ' || i || ' says' FROM generate_series($ROWS + 1, $ROWS + 100) AS i;
+	ALTER SYSTEM SET opus.model = '/nonexistent/model.gguf';
+	SELECT pg_reload_conf();
+});
+ok(defined poll_until(60, sub { engine_info($node)->{state} eq 'failed' }),
+	'the engine cannot start');
+my $broken = wait_query(start_query($node, "CALL opus_job_run('big')"), 120);
+is($broken->{sqlstate}, '58000', 'the run stops with 58000') or diag($broken->{err});
+like($broken->{err}, qr/engine failed \d+ requests in a row/, 'and says why');
+is($node->safe_psql('postgres', q{
+		SELECT count(*) || ' ' || max(attempts) FROM opus_job_item WHERE state = 'pending'}),
+	'100 0', 'the new rows are pending with no attempt used');
+is($node->safe_psql('postgres', 'SELECT status FROM opus_job_run ORDER BY id DESC LIMIT 1'),
+	'failed', 'the run is logged as failed');
+$node->safe_psql('postgres', 'ALTER SYSTEM RESET opus.model; SELECT pg_reload_conf();');
+wait_engine_ready($node);
+my $fixed = wait_query(start_query($node, "CALL opus_job_run('big')"), 300);
+is($fixed->{rc}, 0, 'the next run succeeds') or diag($fixed->{err});
+is($node->safe_psql('postgres', 'SELECT count(*), count(DISTINCT id) FROM results'),
+	($ROWS + 100) . '|' . ($ROWS + 100), 'and writes the new rows once each');
 
 $node->stop;
 done_testing();
