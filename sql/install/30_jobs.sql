@@ -802,6 +802,7 @@ DECLARE
 BEGIN
     j := @extschema@.opus_job_find(job_name);
     PERFORM @extschema@.opus_job_check_owner(j, 'run');
+    PERFORM FROM @extschema@.opus_engine_status();     -- 55000 unless preloaded
     IF max_rows IS NOT NULL AND max_rows OPERATOR(pg_catalog.<) 0 THEN
         RAISE EXCEPTION 'max_rows must not be negative' USING ERRCODE = 'invalid_parameter_value';
     END IF;
