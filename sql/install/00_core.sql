@@ -119,6 +119,9 @@ CREATE VIEW @extschema@.opus_model AS
 
 COMMENT ON VIEW @extschema@.opus_model IS 'the model the engine has loaded';
 
+-- Readable by everyone, like the function under it (and pg_stat_opus_engine).
+GRANT SELECT ON @extschema@.opus_model TO PUBLIC;
+
 CREATE FUNCTION @extschema@.opus_engine_status(
     OUT state text,
     OUT supervisor_pid integer,
@@ -145,6 +148,8 @@ CREATE VIEW @extschema@.opus_engine AS
     SELECT * FROM @extschema@.opus_engine_status();
 
 COMMENT ON VIEW @extschema@.opus_engine IS 'the engine process as the supervisor sees it';
+
+GRANT SELECT ON @extschema@.opus_engine TO PUBLIC;
 
 CREATE FUNCTION @extschema@.opus_last_request(
     OUT kind text,

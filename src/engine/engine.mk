@@ -60,3 +60,81 @@ build/test_golden_logits: test/unit/test_golden_logits.c $(ENGINE_OBJS) test/uni
 golden: build/test_golden_logits build/opus_engine $(DEFAULT_MODEL)
 	test/tools/make_model_variants.sh
 	OPUS_MODEL=$(abspath $(DEFAULT_MODEL)) OPUS_GOLDEN_TYPES=all build/test_golden_logits
+
+# ---------------------------------------------------------------------------
+# Fuzzing (test/fuzz/README).  Owned by the hardening work; keep separate.
+#
+#   make fuzz           build every test/fuzz/fuzz_*.c with clang
+#                       -fsanitize=fuzzer,address,undefined and run each for
+#                       FUZZ_SECONDS (default 60) with allocation caps, from
+#                       the seeds in test/fuzz/corpus/<target>/ (new inputs go
+#                       to build/fuzz/work/<target>/, findings to
+#                       build/fuzz/artifacts/<target>/).  FUZZ_TARGETS picks.
+#   make fuzz-regress   no libFuzzer needed: gcc + ASan/UBSan builds of the
+#                       same targets with test/fuzz/replay_main.c, replaying
+#                       test/fuzz/corpus/ and test/fuzz/regressions/ (CI).
+
+FUZZ_CC ?= clang
+FUZZ_SECONDS ?= 60
+FUZZ_RSS_MB ?= 2048
+FUZZ_MALLOC_MB ?= 512
+FUZZ_JOBS_NICE ?= nice -n 19
+FUZZ_TARGETS ?= gguf tokenizer protocol chat
+FUZZ_ARGS ?=
+FUZZ_CFLAGS := -g -O1 -std=gnu11 -D_GNU_SOURCE -iquote src/engine -iquote src \
+	-fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
+# clang 14 rejects qtype.c's __builtin_cpu_supports("f16c"): the type table
+# and kernels are linked from the gcc build, uninstrumented.
+FUZZ_GCC_OBJS := build/engine/qtype.o build/engine/quant_ref.o build/engine/quant_avx2.o
+FUZZ_SRCS_gguf := src/engine/gguf.c src/engine/status.c
+FUZZ_SRCS_tokenizer := src/engine/tokenizer.c src/engine/tok_encode.c src/engine/unicode.c \
+	src/engine/gguf.c src/engine/gguf_write.c src/engine/status.c
+FUZZ_SRCS_protocol :=
+FUZZ_SRCS_chat := src/engine/chat.c src/engine/status.c
+FUZZ_LIBS_tokenizer := -lutf8proc
+FUZZ_MAXLEN_gguf := 16384
+FUZZ_MAXLEN_tokenizer := 2048
+FUZZ_MAXLEN_protocol := 4096
+FUZZ_MAXLEN_chat := 4096
+FUZZ_MODEL_ENV = $(if $(wildcard $(DEFAULT_MODEL)),OPUS_MODEL=$(abspath $(DEFAULT_MODEL)))
+
+build/fuzz/fuzz_%: test/fuzz/fuzz_%.c $(ENGINE_HDRS) $(FUZZ_GCC_OBJS)
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) $< $(FUZZ_SRCS_$*) $(FUZZ_GCC_OBJS) $(FUZZ_LIBS_$*) -lm -lpthread -o $@
+
+build/fuzz-replay/fuzz_%: test/fuzz/fuzz_%.c test/fuzz/replay_main.c $(ENGINE_SAN_OBJS)
+	@mkdir -p $(dir $@)
+	$(ENGINE_CC) $(ENGINE_CFLAGS_BASE) $(ENGINE_SAN) $< test/fuzz/replay_main.c $(ENGINE_SAN_OBJS) -o $@ $(ENGINE_LIBS)
+
+.PHONY: fuzz fuzz-build fuzz-regress
+fuzz-build: $(addprefix build/fuzz/fuzz_,$(FUZZ_TARGETS))
+
+# One target at a time, niced (shared machines).  -malloc_limit_mb makes any
+# single allocation above the cap a finding, so a declared huge size in an
+# input cannot exhaust memory unnoticed; -rss_limit_mb bounds the process.
+fuzz: fuzz-build
+	@for t in $(FUZZ_TARGETS); do \
+		mkdir -p build/fuzz/work/$$t build/fuzz/artifacts/$$t test/fuzz/corpus/$$t; \
+		echo "== fuzz_$$t for $(FUZZ_SECONDS) s"; \
+		$(FUZZ_MODEL_ENV) $(FUZZ_JOBS_NICE) build/fuzz/fuzz_$$t \
+			-max_total_time=$(FUZZ_SECONDS) -max_len=$(FUZZ_MAXLEN_$$t) \
+			-rss_limit_mb=$(FUZZ_RSS_MB) -malloc_limit_mb=$(FUZZ_MALLOC_MB) \
+			-timeout=10 -print_final_stats=1 \
+			-artifact_prefix=build/fuzz/artifacts/$$t/ $(FUZZ_ARGS) \
+			build/fuzz/work/$$t test/fuzz/corpus/$$t || exit 1; \
+	done
+
+# Replays run with a per-allocation cap too: a declared huge size must be
+# refused by the reader (or fail cleanly), not attempted.
+fuzz-regress: $(addprefix build/fuzz-replay/fuzz_,$(FUZZ_TARGETS))
+	@fail=0; for t in $(FUZZ_TARGETS); do \
+		dirs=""; \
+		for d in test/fuzz/corpus/$$t test/fuzz/regressions/$$t; do \
+			[ -d $$d ] && dirs="$$dirs $$d"; \
+		done; \
+		echo "== fuzz_$$t:$$dirs"; \
+		$(FUZZ_MODEL_ENV) ASAN_OPTIONS=allocator_may_return_null=1:max_allocation_size_mb=$(FUZZ_MALLOC_MB):detect_leaks=1 \
+			build/fuzz-replay/fuzz_$$t $$dirs || fail=1; \
+	done; \
+	if [ $$fail -eq 0 ]; then echo "fuzz-regress: ok"; else echo "fuzz-regress: FAILED"; fi; \
+	exit $$fail

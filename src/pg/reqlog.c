@@ -327,10 +327,10 @@ log_table(void)
 {
 	int			rc;
 
-	rc = SPI_execute("SELECT format('%I.opus_requests', n.nspname) "
+	rc = SPI_execute("SELECT pg_catalog.format('%I.opus_requests', n.nspname) "
 					 "FROM pg_catalog.pg_extension e JOIN pg_catalog.pg_namespace n "
 					 "ON n.oid = e.extnamespace WHERE e.extname = 'opus_pg' "
-					 "AND pg_catalog.to_regclass(format('%I.opus_requests', n.nspname)) IS NOT NULL",
+					 "AND pg_catalog.to_regclass(pg_catalog.format('%I.opus_requests', n.nspname)) IS NOT NULL",
 					 true, 1);
 	if (rc != SPI_OK_SELECT || SPI_processed != 1)
 		return NULL;
@@ -641,6 +641,13 @@ OpusLoggerMain(Datum arg)
 	 * so the logger does not wait for WAL flushes.
 	 */
 	SetConfigOption("synchronous_commit", "off", PGC_SUSET, PGC_S_OVERRIDE);
+	/*
+	 * The logger runs as the bootstrap superuser: it must not resolve a name
+	 * in a schema other roles can create objects in (a public.format(text,
+	 * name) would otherwise be called instead of pg_catalog's, as superuser).
+	 * Its queries name the log table with its schema.
+	 */
+	SetConfigOption("search_path", "pg_catalog, pg_temp", PGC_SUSET, PGC_S_OVERRIDE);
 
 	SpinLockAcquire(&OpusLog->mutex);
 	OpusLog->logger_procno = MyProc->pgprocno;
