@@ -1,13 +1,33 @@
 /*
- * kv.c - the KV cache block pool and sequences' block tables.
+ * kv.c - the KV cache block pool, the prefix cache over it, and sequences'
+ * block tables.
  *
  * The pool is n_blocks fixed-size blocks; a block holds, for block_size
  * consecutive positions of one sequence, the K and V vectors (F16) of every
  * layer, laid out [layer][K|V][kv_head][slot][head_dim] so attention reads
  * one head's keys of a block contiguously.  Blocks carry reference counts so
- * several sequences (or the prefix cache) can share full blocks read-only;
- * opus_forward copies a shared block before writing into it.  Free blocks sit
- * on a stack.  Everything here is used by the context's single caller thread.
+ * several sequences can share full blocks read-only; opus_forward copies a
+ * shared block before writing into it.
+ *
+ * Prefix cache.  A full block can be published under its chain hash:
+ * hash(parent block's chain hash, the block's token ids), where the first
+ * block's parent is a root derived from the model identity and the block
+ * size.  Because a block's K and V depend only on the tokens at and before
+ * its positions (and the forward pass is deterministic per row), any
+ * sequence whose first k blocks' tokens match can attach those blocks
+ * instead of computing them.  The table keeps each cached block's parent
+ * hash and tokens and compares them on lookup, so only a 64-bit collision of
+ * a parent's chain hash could give a wrong match.
+ *
+ * A cached block whose last reference goes away is not freed: it joins an
+ * LRU list of evictable blocks (still findable).  opus_kv_alloc takes from
+ * the free stack first and evicts the least recently released cached block
+ * only when the stack is empty.  n_free counts both, so "free" means
+ * "allocatable".  Sequences release their blocks last-first, so a prefix's
+ * tail is evicted before its head (a head is worth more: every longer
+ * prefix goes through it).
+ *
+ * Everything here is used by the context's single caller thread.
  */
 #include "model_int.h"
 
@@ -29,8 +49,15 @@ opus_kv_init(struct opus_kv *kv, const struct opus_hparams *hp,
 			 const struct opus_ctx_params *p, struct opus_error *err)
 {
 	unsigned long long total;
+	uint64_t	nb = 1;
 
 	memset(kv, 0, sizeof(*kv));
+	kv->lru_head = kv->lru_tail = -1;
+	if (p->block_size < 1 || p->block_size > 4096 || p->n_blocks < 1 ||
+		p->n_blocks > INT32_MAX)
+		return opus_error_set(err, OPUS_ERR_INVALID_ARG,
+							  "kv block size %d or block count %lld out of range",
+							  p->block_size, (long long) p->n_blocks);
 	kv->block_size = p->block_size;
 	kv->n_blocks = p->n_blocks;
 	kv->kv_half_bytes = (size_t) hp->n_head_kv * p->block_size * hp->head_dim * sizeof(uint16_t);
@@ -45,6 +72,9 @@ opus_kv_init(struct opus_kv *kv, const struct opus_hparams *hp,
 			return opus_error_set(err, OPUS_ERR_INVALID_ARG,
 								  "kv memory of %zu bytes is smaller than the %llu the pool needs",
 								  p->kv_memory_size, total);
+		if (((uintptr_t) p->kv_memory) % 64 != 0)
+			return opus_error_set(err, OPUS_ERR_INVALID_ARG,
+								  "kv memory is not 64-byte aligned");
 		kv->mem = p->kv_memory;
 		kv->mem_owned = false;
 	}
@@ -56,16 +86,28 @@ opus_kv_init(struct opus_kv *kv, const struct opus_hparams *hp,
 								  "out of memory for a kv cache of %llu bytes", total);
 		kv->mem_owned = true;
 	}
+	while (nb < (uint64_t) p->n_blocks)
+		nb <<= 1;
+	kv->bucket_mask = nb - 1;
 	kv->refcount = calloc((size_t) p->n_blocks, sizeof(int32_t));
 	kv->free_list = malloc((size_t) p->n_blocks * sizeof(int32_t));
-	if (!kv->refcount || !kv->free_list)
+	kv->meta = calloc((size_t) p->n_blocks, sizeof(*kv->meta));
+	kv->block_tokens = malloc((size_t) p->n_blocks * (size_t) p->block_size * sizeof(int32_t));
+	kv->buckets = malloc((size_t) nb * sizeof(int32_t));
+	if (!kv->refcount || !kv->free_list || !kv->meta || !kv->block_tokens || !kv->buckets)
 	{
 		opus_kv_destroy(kv);
 		return opus_error_set(err, OPUS_ERR_NOMEM, "out of memory for kv block tables");
 	}
+	for (uint64_t i = 0; i < nb; i++)
+		kv->buckets[i] = -1;
 	/* stack: block 0 on top */
 	for (int64_t i = 0; i < p->n_blocks; i++)
+	{
 		kv->free_list[i] = (int32_t) (p->n_blocks - 1 - i);
+		kv->meta[i].hnext = kv->meta[i].lru_prev = kv->meta[i].lru_next = -1;
+	}
+	kv->n_stack = p->n_blocks;
 	kv->n_free = p->n_blocks;
 	return OPUS_OK;
 }
@@ -77,17 +119,149 @@ opus_kv_destroy(struct opus_kv *kv)
 		free(kv->mem);
 	free(kv->refcount);
 	free(kv->free_list);
+	free(kv->meta);
+	free(kv->block_tokens);
+	free(kv->buckets);
 	memset(kv, 0, sizeof(*kv));
+	kv->lru_head = kv->lru_tail = -1;
 }
+
+/* ---- the evictable list ---- */
+
+static void
+lru_remove(struct opus_kv *kv, int32_t id)
+{
+	struct opus_kv_meta *m = &kv->meta[id];
+
+	if (m->lru_prev >= 0)
+		kv->meta[m->lru_prev].lru_next = m->lru_next;
+	else
+		kv->lru_head = m->lru_next;
+	if (m->lru_next >= 0)
+		kv->meta[m->lru_next].lru_prev = m->lru_prev;
+	else
+		kv->lru_tail = m->lru_prev;
+	m->lru_prev = m->lru_next = -1;
+}
+
+static void
+lru_append(struct opus_kv *kv, int32_t id)
+{
+	struct opus_kv_meta *m = &kv->meta[id];
+
+	m->lru_next = -1;
+	m->lru_prev = kv->lru_tail;
+	if (kv->lru_tail >= 0)
+		kv->meta[kv->lru_tail].lru_next = id;
+	else
+		kv->lru_head = id;
+	kv->lru_tail = id;
+}
+
+/* ---- the hash table ---- */
+
+static void
+table_remove(struct opus_kv *kv, int32_t id)
+{
+	int32_t    *link = &kv->buckets[kv->meta[id].hash & kv->bucket_mask];
+
+	while (*link >= 0 && *link != id)
+		link = &kv->meta[*link].hnext;
+	if (*link == id)
+		*link = kv->meta[id].hnext;
+	kv->meta[id].hnext = -1;
+	kv->meta[id].cached = false;
+	kv->n_cached--;
+}
+
+int32_t
+opus_kv_cache_find(const struct opus_kv *kv, uint64_t hash, uint64_t parent,
+				   const int32_t *tokens)
+{
+	for (int32_t id = kv->buckets[hash & kv->bucket_mask]; id >= 0; id = kv->meta[id].hnext)
+	{
+		const struct opus_kv_meta *m = &kv->meta[id];
+
+		if (m->hash == hash && m->parent == parent &&
+			memcmp(kv->block_tokens + (size_t) id * kv->block_size, tokens,
+				   (size_t) kv->block_size * sizeof(int32_t)) == 0)
+			return id;
+	}
+	return -1;
+}
+
+bool
+opus_kv_cache_insert(struct opus_kv *kv, int32_t id, uint64_t hash,
+					 uint64_t parent, const int32_t *tokens)
+{
+	struct opus_kv_meta *m = &kv->meta[id];
+	int32_t    *head;
+
+	if (m->cached || kv->refcount[id] <= 0 ||
+		opus_kv_cache_find(kv, hash, parent, tokens) >= 0)
+		return false;
+	m->hash = hash;
+	m->parent = parent;
+	memcpy(kv->block_tokens + (size_t) id * kv->block_size, tokens,
+		   (size_t) kv->block_size * sizeof(int32_t));
+	head = &kv->buckets[hash & kv->bucket_mask];
+	m->hnext = *head;
+	*head = id;
+	m->cached = true;
+	kv->n_cached++;
+	return true;
+}
+
+/* ---- hashing ---- */
+
+static inline uint64_t
+mix64(uint64_t h)
+{
+	/* the splitmix64 / murmur3 finaliser */
+	h ^= h >> 30;
+	h *= 0xbf58476d1ce4e5b9ULL;
+	h ^= h >> 27;
+	h *= 0x94d049bb133111ebULL;
+	h ^= h >> 31;
+	return h;
+}
+
+uint64_t
+opus_kv_hash_block(uint64_t parent, const int32_t *tokens, int n)
+{
+	uint64_t	h = mix64(parent ^ 0x9e3779b97f4a7c15ULL);
+
+	for (int i = 0; i < n; i++)
+		h = mix64(h + (uint64_t) (uint32_t) tokens[i] * 0xff51afd7ed558ccdULL + (uint64_t) i);
+	return mix64(h ^ (uint64_t) n);
+}
+
+uint64_t
+opus_kv_hash_root(uint64_t model_identity, int block_size)
+{
+	return mix64(model_identity ^ mix64((uint64_t) block_size + 0x6f707573ULL));
+}
+
+/* ---- allocation ---- */
 
 int32_t
 opus_kv_alloc(struct opus_kv *kv)
 {
 	int32_t		id;
 
-	if (kv->n_free == 0)
+	if (kv->n_stack > 0)
+		id = kv->free_list[--kv->n_stack];
+	else if (kv->lru_head >= 0)
+	{
+		id = kv->lru_head;
+		lru_remove(kv, id);
+		table_remove(kv, id);
+		kv->n_evictable--;
+		kv->evictions++;
+	}
+	else
 		return -1;
-	id = kv->free_list[--kv->n_free];
+	kv->n_free--;
 	kv->refcount[id] = 1;
 	return id;
 }
@@ -95,14 +269,29 @@ opus_kv_alloc(struct opus_kv *kv)
 void
 opus_kv_retain(struct opus_kv *kv, int32_t id)
 {
+	if (kv->refcount[id] == 0)
+	{
+		/* only a cached block can be found while unreferenced */
+		lru_remove(kv, id);
+		kv->n_evictable--;
+		kv->n_free--;
+	}
 	kv->refcount[id]++;
 }
 
 void
 opus_kv_unref(struct opus_kv *kv, int32_t id)
 {
-	if (--kv->refcount[id] == 0)
-		kv->free_list[kv->n_free++] = id;
+	if (--kv->refcount[id] > 0)
+		return;
+	if (kv->meta[id].cached)
+	{
+		lru_append(kv, id);
+		kv->n_evictable++;
+	}
+	else
+		kv->free_list[kv->n_stack++] = id;
+	kv->n_free++;
 }
 
 /* ---- sequences ---- */
@@ -116,7 +305,8 @@ opus_seq_init(struct opus_seq *s)
 void
 opus_seq_release(struct opus_ctx *c, struct opus_seq *s)
 {
-	for (int32_t i = 0; i < s->n_blocks; i++)
+	/* last block first: the tail of a cached prefix is evicted first */
+	for (int32_t i = s->n_blocks - 1; i >= 0; i--)
 		opus_kv_unref(&c->kv, s->blocks[i]);
 	free(s->blocks);
 	memset(s, 0, sizeof(*s));
@@ -160,5 +350,32 @@ opus_seq_fork(struct opus_ctx *c, const struct opus_seq *src,
 	dst->n_blocks = src->n_blocks;
 	dst->n_blocks_cap = src->n_blocks;
 	dst->n_pos = src->n_pos;
+	return OPUS_OK;
+}
+
+enum opus_status
+opus_seq_append_block(struct opus_ctx *c, struct opus_seq *seq, int32_t id,
+					  struct opus_error *err)
+{
+	struct opus_kv *kv = &c->kv;
+
+	if (id < 0 || id >= kv->n_blocks)
+		return opus_error_set(err, OPUS_ERR_INVALID_ARG, "kv block %d out of range", (int) id);
+	if (seq->n_pos != seq->n_blocks * kv->block_size)
+		return opus_error_set(err, OPUS_ERR_INVALID_ARG,
+							  "a block can only be appended to a sequence of whole blocks");
+	if (seq->n_blocks == seq->n_blocks_cap)
+	{
+		int32_t		cap = seq->n_blocks_cap > 0 ? seq->n_blocks_cap * 2 : 8;
+		int32_t    *b = realloc(seq->blocks, (size_t) cap * sizeof(int32_t));
+
+		if (!b)
+			return opus_error_set(err, OPUS_ERR_NOMEM, "out of memory for a block table");
+		seq->blocks = b;
+		seq->n_blocks_cap = cap;
+	}
+	opus_kv_retain(kv, id);
+	seq->blocks[seq->n_blocks++] = id;
+	seq->n_pos += kv->block_size;
 	return OPUS_OK;
 }

@@ -53,7 +53,18 @@ struct opus_model
 	float	   *owned;			/* one allocation for every f32 vector above */
 };
 
-/* ---- KV block pool (kv.c) ---- */
+/* ---- KV block pool and prefix cache (kv.c) ---- */
+
+/* Per-block bookkeeping of the prefix cache. */
+struct opus_kv_meta
+{
+	uint64_t	hash;			/* chain hash (valid while cached) */
+	uint64_t	parent;			/* the previous block's chain hash */
+	int32_t		hnext;			/* next block in the hash bucket, -1 = end */
+	int32_t		lru_prev;		/* evictable list links, -1 = end */
+	int32_t		lru_next;
+	bool		cached;			/* in the hash table */
+};
 
 struct opus_kv
 {
@@ -65,8 +76,20 @@ struct opus_kv
 	uint8_t    *mem;			/* n_blocks * block_bytes */
 	bool		mem_owned;
 	int32_t    *refcount;		/* [n_blocks] */
-	int32_t    *free_list;		/* stack of free block ids */
-	int64_t		n_free;
+	int32_t    *free_list;		/* stack of free, uncached block ids */
+	int64_t		n_stack;		/* entries on free_list */
+	int64_t		n_free;			/* blocks opus_kv_alloc can hand out: the stack
+								 * plus unreferenced cached blocks */
+	/* prefix cache: full blocks by chain hash */
+	struct opus_kv_meta *meta;	/* [n_blocks] */
+	int32_t    *block_tokens;	/* [n_blocks][block_size] tokens of cached blocks */
+	int32_t    *buckets;		/* [bucket_mask + 1] first block, -1 = none */
+	uint64_t	bucket_mask;
+	int32_t		lru_head;		/* unreferenced cached blocks, least recent first */
+	int32_t		lru_tail;
+	int64_t		n_cached;		/* blocks in the hash table */
+	int64_t		n_evictable;	/* of those, unreferenced */
+	int64_t		evictions;
 };
 
 enum opus_status opus_kv_init(struct opus_kv *kv, const struct opus_hparams *hp,
@@ -74,12 +97,38 @@ enum opus_status opus_kv_init(struct opus_kv *kv, const struct opus_hparams *hp,
 							  struct opus_error *err);
 void		opus_kv_destroy(struct opus_kv *kv);
 size_t		opus_kv_block_bytes(const struct opus_hparams *hp, int block_size);
-/* Take a free block (refcount 1), or -1 if none. */
+/*
+ * Take a block (refcount 1): from the free stack, else by evicting the least
+ * recently released cached block; -1 if neither exists.
+ */
 int32_t		opus_kv_alloc(struct opus_kv *kv);
-/* Add a reference to a block in use. */
+/* Add a reference (an unreferenced cached block stops being evictable). */
 void		opus_kv_retain(struct opus_kv *kv, int32_t id);
-/* Drop a reference; the block returns to the free list at zero. */
+/*
+ * Drop a reference.  At zero a cached block becomes evictable (most
+ * recently used end); any other block returns to the free stack.
+ */
 void		opus_kv_unref(struct opus_kv *kv, int32_t id);
+
+/* Chain hash of a full block: parent's chain hash and the block's tokens. */
+uint64_t	opus_kv_hash_block(uint64_t parent, const int32_t *tokens, int n);
+/* The parent hash of a sequence's first block, for a model identity. */
+uint64_t	opus_kv_hash_root(uint64_t model_identity, int block_size);
+/* The cached block with this hash, parent and tokens, or -1. */
+int32_t		opus_kv_cache_find(const struct opus_kv *kv, uint64_t hash,
+							   uint64_t parent, const int32_t *tokens);
+/*
+ * Publish the full, referenced block id under (hash, parent, tokens).  False
+ * (nothing changes) if that key is cached already or id is cached.
+ */
+bool		opus_kv_cache_insert(struct opus_kv *kv, int32_t id, uint64_t hash,
+								 uint64_t parent, const int32_t *tokens);
+/*
+ * Append the full block id to seq (whose positions must fill whole blocks)
+ * with a new reference: seq->n_pos grows by block_size.
+ */
+enum opus_status opus_seq_append_block(struct opus_ctx *c, struct opus_seq *seq,
+									   int32_t id, struct opus_error *err);
 
 /*
  * K (or V) of a layer inside a block: n_head_kv * block_size * head_dim F16,

@@ -39,9 +39,24 @@
  * until the next token decides.  Nothing from the first byte of a matched
  * stop string on is emitted.
  *
- * Prefix caching (later): admission is the place where a request would fork
- * the cached blocks of its longest cached prefix into its sequence (setting
- * n_pos and n_cached) before prefilling the rest; see sched_admit().
+ * Prefix caching: whenever a request is admitted with an empty sequence
+ * (first admission, or after a preemption) it looks up the longest prefix
+ * of its token list made of full blocks that are in the KV pool's prefix
+ * cache (kv.c), attaches those blocks to its sequence read-only and only
+ * computes the rest.  The last known token is never taken from the cache:
+ * its logits are needed.  After every forward pass, blocks that became full
+ * are published under their chain hash, so later requests (and this one,
+ * if it is preempted) find them.  At the first admission the prompt's
+ * tokens count as prefix queries and the attached ones as hits (n_cached in
+ * DONE).  Because a block's K/V depend only on its prefix and the forward
+ * pass is deterministic per row, a hit never changes the output.
+ *
+ * Priorities age: a queued request's effective class is its priority minus
+ * one for every OPUS_SCHED_AGING_MS it has waited (not below 0), so a low
+ * class still progresses under a steady stream of higher ones.  The queue
+ * is ordered by (effective class, arrival); a running request keeps the
+ * class it was admitted with (preemption picks the highest number, then the
+ * latest admitted).
  *
  * Threading: not thread-safe; one thread calls everything.  The event
  * callback runs inside opus_sched_step and may call opus_sched_submit,
@@ -62,12 +77,15 @@
  */
 #include "model_int.h"
 
+#define OPUS_SCHED_AGING_MS 2000.0
+
 struct sched_req
 {
 	uint64_t	id;
 	uint64_t	arrival;		/* submit order: FIFO within a priority */
 	uint64_t	admitted;		/* admission order (preemption victims) */
 	int32_t		priority;
+	int32_t		eff_priority;	/* priority after aging (queue order, preemption) */
 	bool		running;		/* in s->run (else in s->queue) */
 	bool		cancelled;
 	bool		finished;		/* DONE emitted; freed at the end of the step */
@@ -80,6 +98,9 @@ struct sched_req
 	int32_t		max_tokens;
 	int32_t		n_cached;		/* prompt tokens from the prefix cache */
 	struct opus_seq seq;
+	uint64_t   *hashes;			/* chain hashes of full token blocks [0, n_hashed) */
+	int32_t		n_hashed;
+	int32_t		n_published;	/* seq blocks [0, n_published) are in the prefix cache */
 	struct opus_sampler *sampler;
 	bool		ignore_eos;
 
@@ -110,6 +131,7 @@ struct opus_sched
 	int32_t		n_ctx;
 	int32_t		max_batch;
 	int64_t		n_blocks;
+	uint64_t	root_hash;		/* parent hash of every first block */
 	opus_event_fn cb;
 	void	   *user;
 
@@ -123,6 +145,7 @@ struct opus_sched
 	uint64_t	next_admit;
 
 	/* per-step scratch */
+	int32_t    *match;			/* [blocks_for(n_ctx)] prefix-cache lookup result */
 	struct opus_batch_item *items;	/* [max_batch] */
 	struct sched_req **item_req;	/* [max_batch] */
 	float	   *logits;			/* [cap_logit_rows][n_vocab] */
@@ -171,6 +194,7 @@ opus_sched_create(struct opus_ctx *ctx, opus_event_fn cb, void *user,
 	s->n_ctx = ctx->params.n_ctx;
 	s->max_batch = ctx->params.max_batch_tokens;
 	s->n_blocks = ctx->params.n_blocks;
+	s->root_hash = opus_kv_hash_root(opus_model_identity(ctx->model), s->block_size);
 	s->cb = cb;
 	s->user = user;
 	s->cap_piece = 256;
@@ -178,7 +202,8 @@ opus_sched_create(struct opus_ctx *ctx, opus_event_fn cb, void *user,
 	s->item_req = calloc((size_t) s->max_batch, sizeof(*s->item_req));
 	s->piece = malloc((size_t) s->cap_piece);
 	s->utf8_out = malloc((size_t) s->cap_piece + 8);
-	if (!s->items || !s->item_req || !s->piece || !s->utf8_out)
+	s->match = malloc(((size_t) blocks_for(s, s->n_ctx) + 1) * sizeof(int32_t));
+	if (!s->items || !s->item_req || !s->piece || !s->utf8_out || !s->match)
 	{
 		opus_sched_free(s);
 		return opus_error_set(err, OPUS_ERR_NOMEM, "out of memory for the scheduler");
@@ -196,6 +221,7 @@ req_free(struct opus_sched *s, struct sched_req *r)
 	opus_seq_release(s->ctx, &r->seq);
 	opus_sampler_free(r->sampler);
 	free(r->tokens);
+	free(r->hashes);
 	free(r->stop_buf);
 	free(r->text);
 	free(r);
@@ -214,6 +240,7 @@ opus_sched_free(struct opus_sched *s)
 	free(s->run);
 	free(s->items);
 	free(s->item_req);
+	free(s->match);
 	free(s->logits);
 	free(s->piece);
 	free(s->utf8_out);
@@ -248,8 +275,8 @@ queue_insert(struct opus_sched *s, struct sched_req *r)
 	int			i = s->n_queue;
 
 	while (i > 0 &&
-		   (s->queue[i - 1]->priority > r->priority ||
-			(s->queue[i - 1]->priority == r->priority &&
+		   (s->queue[i - 1]->eff_priority > r->eff_priority ||
+			(s->queue[i - 1]->eff_priority == r->eff_priority &&
 			 s->queue[i - 1]->arrival > r->arrival)))
 	{
 		s->queue[i] = s->queue[i - 1];
@@ -336,8 +363,10 @@ opus_sched_submit(struct opus_sched *s, uint64_t id, const int32_t *prompt,
 	if (!r)
 		return opus_error_set(err, OPUS_ERR_NOMEM, "out of memory queueing a request");
 	r->tokens = malloc(((size_t) n_prompt + (size_t) p->max_tokens) * sizeof(int32_t));
+	r->hashes = malloc(((size_t) blocks_for(s, (int64_t) n_prompt + p->max_tokens) + 1) *
+					   sizeof(uint64_t));
 	r->stop_buf = stop_total ? malloc(stop_total) : NULL;
-	if (!r->tokens || (stop_total && !r->stop_buf))
+	if (!r->tokens || !r->hashes || (stop_total && !r->stop_buf))
 	{
 		req_free(s, r);
 		return opus_error_set(err, OPUS_ERR_NOMEM, "out of memory queueing a request");
@@ -352,6 +381,7 @@ opus_sched_submit(struct opus_sched *s, uint64_t id, const int32_t *prompt,
 	r->id = id;
 	r->arrival = s->next_arrival++;
 	r->priority = p->priority;
+	r->eff_priority = p->priority;
 	r->n_prompt = n_prompt;
 	r->n_tokens = n_prompt;
 	r->max_tokens = p->max_tokens;
@@ -407,7 +437,7 @@ opus_sched_get_stats(const struct opus_sched *s, struct opus_sched_stats *out)
 	out->n_running = s->n_run;
 	out->kv_blocks_total = s->n_blocks;
 	out->kv_blocks_used = s->n_blocks - opus_ctx_free_blocks(s->ctx);
-	out->kv_blocks_cached = 0;
+	out->kv_blocks_cached = s->ctx->kv.n_cached;
 }
 
 bool
@@ -650,6 +680,7 @@ static void
 release_seq(struct opus_sched *s, struct sched_req *r)
 {
 	opus_seq_release(s->ctx, &r->seq);
+	r->n_published = 0;
 }
 
 /* Flush held text (up to a stop string in it) and emit DONE. */
@@ -838,25 +869,145 @@ admit_need(const struct opus_sched *s, const struct sched_req *r)
 	return blocks_for(s, pos);
 }
 
+/* Chain hashes of r's first nb full blocks (computed once, as needed). */
+static void
+hash_blocks(struct opus_sched *s, struct sched_req *r, int32_t nb)
+{
+	while (r->n_hashed < nb)
+	{
+		int32_t		i = r->n_hashed;
+		uint64_t	parent = i == 0 ? s->root_hash : r->hashes[i - 1];
+
+		r->hashes[i] = opus_kv_hash_block(parent, r->tokens + (size_t) i * s->block_size,
+										  s->block_size);
+		r->n_hashed++;
+	}
+}
+
 /*
- * Move r from the head of the queue to the running set.  (A prefix cache
- * would fork the blocks of r's longest cached prefix into r->seq here.)
+ * The longest run of r's leading full blocks that the prefix cache holds,
+ * leaving at least r's last known token to compute, into s->match; returns
+ * its length and sets *n_idle to how many of them no sequence references
+ * (attaching those takes them out of the allocatable count).  Only for an
+ * empty sequence.
+ */
+static int32_t
+prefix_lookup(struct opus_sched *s, struct sched_req *r, int64_t *n_idle)
+{
+	const struct opus_kv *kv = &s->ctx->kv;
+	int32_t		max = (r->n_tokens - 1) / s->block_size;
+	int32_t		m = 0;
+
+	*n_idle = 0;
+	if (r->seq.n_pos != 0)
+		return 0;
+	hash_blocks(s, r, max);
+	for (; m < max; m++)
+	{
+		uint64_t	parent = m == 0 ? s->root_hash : r->hashes[m - 1];
+		int32_t		id = opus_kv_cache_find(kv, r->hashes[m], parent,
+											r->tokens + (size_t) m * s->block_size);
+
+		if (id < 0)
+			break;
+		s->match[m] = id;
+		if (kv->refcount[id] == 0)
+			(*n_idle)++;
+	}
+	return m;
+}
+
+/*
+ * Move r from the head of the queue to the running set, attaching the
+ * n_match cached blocks in s->match to its (empty) sequence.
  */
 static void
-sched_admit(struct opus_sched *s)
+sched_admit(struct opus_sched *s, int32_t n_match)
 {
 	struct sched_req *r = s->queue[0];
+	struct opus_error err;
+	int32_t		attached = 0;
 
 	memmove(s->queue, s->queue + 1, (size_t) (s->n_queue - 1) * sizeof(*s->queue));
 	s->n_queue--;
+	/* a failed attach (out of memory) leaves a shorter, still valid prefix */
+	while (attached < n_match &&
+		   opus_seq_append_block(s->ctx, &r->seq, s->match[attached], &err) == OPUS_OK)
+		attached++;
+	r->n_published = attached;
 	r->running = true;
 	r->admitted = s->next_admit++;
 	if (!r->ever_admitted)
 	{
+		int32_t		hit = attached * s->block_size;
+
 		r->ever_admitted = true;
 		r->t_admit = now_ms();
+		r->n_cached = hit < r->n_prompt ? hit : r->n_prompt;
+		s->stats.prefix_query_tokens += r->n_prompt;
+		s->stats.prefix_hit_tokens += r->n_cached;
 	}
 	s->run[s->n_run++] = r;
+}
+
+/*
+ * Publish r's blocks that have become full since the last call in the
+ * prefix cache.  A block whose key is cached already (the same prefix
+ * computed by another sequence in the same step) stays private.
+ */
+static void
+publish_blocks(struct opus_sched *s, struct sched_req *r)
+{
+	int32_t		full = r->seq.n_pos / s->block_size;
+
+	if (full > r->seq.n_blocks)
+		full = r->seq.n_blocks;
+	hash_blocks(s, r, full);
+	for (int32_t i = r->n_published; i < full; i++)
+	{
+		uint64_t	parent = i == 0 ? s->root_hash : r->hashes[i - 1];
+
+		(void) opus_kv_cache_insert(&s->ctx->kv, r->seq.blocks[i], r->hashes[i], parent,
+									r->tokens + (size_t) i * s->block_size);
+	}
+	if (full > r->n_published)
+		r->n_published = full;
+}
+
+/*
+ * Recompute queued requests' effective classes (aging) and restore the
+ * queue order if any changed.
+ */
+static void
+age_queue(struct opus_sched *s)
+{
+	double		t = now_ms();
+	bool		changed = false;
+
+	for (int i = 0; i < s->n_queue; i++)
+	{
+		struct sched_req *r = s->queue[i];
+		double		steps = (t - r->t_submit) / OPUS_SCHED_AGING_MS;
+		int32_t		eff = r->priority;
+
+		if (steps >= (double) eff)
+			eff = 0;
+		else if (steps >= 1.0)
+			eff -= (int32_t) steps;
+		if (eff != r->eff_priority)
+		{
+			r->eff_priority = eff;
+			changed = true;
+		}
+	}
+	if (changed)
+	{
+		int			n = s->n_queue;
+
+		s->n_queue = 0;
+		for (int i = 0; i < n; i++)
+			queue_insert(s, s->queue[i]);
+	}
 }
 
 /*
@@ -875,7 +1026,7 @@ lower_class_blocks(const struct opus_sched *s, int32_t prio, bool *any)
 		const struct sched_req *r = s->run[i];
 		int64_t		want = blocks_for(s, r->n_tokens);
 
-		if (r->priority <= prio)
+		if (r->eff_priority <= prio)
 			continue;
 		*any = true;
 		n += want > r->seq.n_blocks ? want : r->seq.n_blocks;
@@ -899,16 +1050,18 @@ admit(struct opus_sched *s)
 	while (s->n_queue > 0)
 	{
 		struct sched_req *h = s->queue[0];
-		int64_t		need = admit_need(s, h);
+		int64_t		n_idle;
+		int32_t		m = prefix_lookup(s, h, &n_idle);
+		int64_t		need = admit_need(s, h) - h->seq.n_blocks - m + n_idle;
 		bool		any;
 
 		if (need <= avail && s->n_run < s->max_batch)
 		{
 			avail -= need;
-			sched_admit(s);
+			sched_admit(s, m);
 			continue;
 		}
-		if (lower_class_blocks(s, h->priority, &any) + avail < need || !any)
+		if (lower_class_blocks(s, h->eff_priority, &any) + avail < need || !any)
 			break;
 		/* the victim (lowest class, latest admitted) is of a lower class */
 		if (!preempt_one(s))
@@ -1003,8 +1156,8 @@ preempt_one(struct opus_sched *s)
 
 		if (r->finished)
 			continue;
-		if (v < 0 || r->priority > s->run[v]->priority ||
-			(r->priority == s->run[v]->priority && r->admitted > s->run[v]->admitted))
+		if (v < 0 || r->eff_priority > s->run[v]->eff_priority ||
+			(r->eff_priority == s->run[v]->eff_priority && r->admitted > s->run[v]->admitted))
 			v = i;
 	}
 	if (v < 0)
@@ -1036,6 +1189,7 @@ opus_sched_step(struct opus_sched *s, struct opus_error *err)
 	/* the queue must be able to take back any running request */
 	if (!grow_ptrs(&s->queue, &s->cap_queue, s->n_queue + s->n_run + 1))
 		return opus_error_set(err, OPUS_ERR_NOMEM, "out of memory in the scheduler");
+	age_queue(s);
 	admit(s);
 	s->stats.batch_size = 0;
 	if (s->n_run == 0)
@@ -1073,6 +1227,8 @@ opus_sched_step(struct opus_sched *s, struct opus_error *err)
 		else
 			n_prefill += s->items[i].n_tokens;
 	}
+	for (int i = 0; i < n_items; i++)
+		publish_blocks(s, s->item_req[i]);
 	s->stats.steps++;
 	s->stats.tokens_prefill += n_prefill;
 	s->stats.tokens_decode += n_decode;

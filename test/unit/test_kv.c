@@ -1,0 +1,250 @@
+/*
+ * test_kv.c - the KV block pool and its prefix cache, without a model:
+ * allocation and reference counts, chain hashing, publishing and lookup
+ * (with token verification), LRU eviction only when the free stack is
+ * empty, sequences releasing last block first, attaching cached blocks,
+ * and caller-provided pool memory.
+ */
+#include <stdint.h>
+#include <string.h>
+
+#include "model_int.h"
+#include "unit.h"
+
+static struct opus_hparams hp = {
+	.n_layer = 2,
+	.n_head_kv = 1,
+	.head_dim = 8,
+};
+
+static bool
+make_kv(struct opus_ctx *c, int block_size, int64_t n_blocks)
+{
+	struct opus_error err = {0};
+
+	memset(c, 0, sizeof(*c));
+	c->params.block_size = block_size;
+	c->params.n_blocks = n_blocks;
+	if (opus_kv_init(&c->kv, &hp, &c->params, &err) != OPUS_OK)
+	{
+		CHECK(false, "kv init: %s", err.msg);
+		return false;
+	}
+	return true;
+}
+
+static void
+test_alloc(void)
+{
+	struct opus_ctx c;
+	int32_t		ids[4];
+	bool		seen[4] = {false};
+
+	if (!make_kv(&c, 4, 4))
+		return;
+	CHECK(c.kv.n_free == 4 && c.kv.n_stack == 4, "4 free");
+	for (int i = 0; i < 4; i++)
+	{
+		ids[i] = opus_kv_alloc(&c.kv);
+		CHECK(ids[i] >= 0 && ids[i] < 4 && !seen[ids[i]], "alloc %d gives a new id", i);
+		if (ids[i] >= 0 && ids[i] < 4)
+			seen[ids[i]] = true;
+		CHECK(c.kv.refcount[ids[i]] == 1, "refcount 1");
+	}
+	CHECK(opus_kv_alloc(&c.kv) == -1 && c.kv.n_free == 0, "empty pool: -1");
+	opus_kv_retain(&c.kv, ids[0]);
+	opus_kv_unref(&c.kv, ids[0]);
+	CHECK(c.kv.n_free == 0 && c.kv.refcount[ids[0]] == 1, "retain + unref keeps it");
+	opus_kv_unref(&c.kv, ids[0]);
+	CHECK(c.kv.n_free == 1, "unref frees");
+	CHECK(opus_kv_alloc(&c.kv) == ids[0], "the freed block comes back");
+	for (int i = 0; i < 4; i++)
+		opus_kv_unref(&c.kv, ids[i]);
+	CHECK(c.kv.n_free == 4 && c.kv.n_cached == 0 && c.kv.evictions == 0, "all back");
+	opus_kv_destroy(&c.kv);
+}
+
+static void
+test_hash(void)
+{
+	int32_t		a[4] = {1, 2, 3, 4};
+	int32_t		b[4] = {1, 2, 4, 3};
+	int32_t		z[4] = {0, 0, 0, 0};
+	uint64_t	r1 = opus_kv_hash_root(42, 16);
+	uint64_t	h = opus_kv_hash_block(r1, a, 4);
+
+	CHECK(h == opus_kv_hash_block(r1, a, 4), "hash is a function");
+	CHECK(h != opus_kv_hash_block(r1, b, 4), "order matters");
+	CHECK(h != opus_kv_hash_block(r1 ^ 1, a, 4), "parent matters");
+	CHECK(opus_kv_hash_block(r1, a, 3) != opus_kv_hash_block(r1, a, 4), "length matters");
+	CHECK(opus_kv_hash_block(0, z, 4) != 0, "zero input does not hash to zero");
+	CHECK(r1 != opus_kv_hash_root(43, 16), "model identity matters");
+	CHECK(r1 != opus_kv_hash_root(42, 32), "block size matters");
+	/* a chain: same tokens under different parents give different hashes */
+	CHECK(opus_kv_hash_block(h, a, 4) != h, "chain moves on");
+	{
+		/* no collisions among 20000 single-token variations */
+		enum
+		{
+			N = 20000
+		};
+		static uint64_t hs[N];
+		int			dup = 0;
+
+		for (int i = 0; i < N; i++)
+		{
+			int32_t		t[4] = {i, 7, 7, 7};
+
+			hs[i] = opus_kv_hash_block(r1, t, 4);
+			for (int j = 0; j < i && j < 200; j++)
+				dup += hs[j] == hs[i];
+		}
+		CHECK(dup == 0, "%d collisions", dup);
+	}
+}
+
+static void
+test_cache(void)
+{
+	struct opus_ctx c;
+	int32_t		t1[4] = {10, 11, 12, 13};
+	int32_t		t2[4] = {10, 11, 12, 14};
+	uint64_t	root = opus_kv_hash_root(7, 4);
+	uint64_t	h1 = opus_kv_hash_block(root, t1, 4);
+	uint64_t	h2 = opus_kv_hash_block(root, t2, 4);
+	int32_t		a,
+				b,
+				x;
+
+	if (!make_kv(&c, 4, 4))
+		return;
+	a = opus_kv_alloc(&c.kv);
+	b = opus_kv_alloc(&c.kv);
+	CHECK(opus_kv_cache_find(&c.kv, h1, root, t1) == -1, "empty cache: miss");
+	CHECK(opus_kv_cache_insert(&c.kv, a, h1, root, t1), "publish a");
+	CHECK(c.kv.n_cached == 1, "one cached");
+	CHECK(opus_kv_cache_find(&c.kv, h1, root, t1) == a, "find a");
+	CHECK(opus_kv_cache_find(&c.kv, h1, root, t2) == -1, "same hash, other tokens: miss");
+	CHECK(opus_kv_cache_find(&c.kv, h1, root + 1, t1) == -1, "other parent: miss");
+	CHECK(!opus_kv_cache_insert(&c.kv, b, h1, root, t1), "a key is published once");
+	CHECK(!opus_kv_cache_insert(&c.kv, a, h2, root, t2), "a block is published once");
+	CHECK(opus_kv_cache_insert(&c.kv, b, h2, root, t2), "publish b");
+
+	/* unreferenced cached blocks stay findable and count as free */
+	opus_kv_unref(&c.kv, a);
+	CHECK(c.kv.n_free == 3 && c.kv.n_evictable == 1 && c.kv.n_stack == 2,
+		  "a evictable: free %lld, evictable %lld", (long long) c.kv.n_free,
+		  (long long) c.kv.n_evictable);
+	CHECK(opus_kv_cache_find(&c.kv, h1, root, t1) == a, "a still cached");
+	opus_kv_retain(&c.kv, a);
+	CHECK(c.kv.n_free == 2 && c.kv.n_evictable == 0 && c.kv.refcount[a] == 1,
+		  "a hit takes it out of the evictable list");
+	opus_kv_unref(&c.kv, a);
+	opus_kv_unref(&c.kv, b);
+	CHECK(c.kv.n_free == 4 && c.kv.n_evictable == 2, "both evictable");
+
+	/* the stack goes first: cached blocks survive while it lasts */
+	x = opus_kv_alloc(&c.kv);
+	CHECK(x != a && x != b && c.kv.n_cached == 2 && c.kv.evictions == 0,
+		  "allocation from the stack keeps the cache");
+	(void) opus_kv_alloc(&c.kv);
+	CHECK(c.kv.n_stack == 0 && c.kv.n_free == 2, "stack empty");
+	/* then the least recently released: a (released before b) */
+	x = opus_kv_alloc(&c.kv);
+	CHECK(x == a && c.kv.evictions == 1 && c.kv.n_cached == 1,
+		  "evicts the LRU block (%d)", (int) x);
+	CHECK(opus_kv_cache_find(&c.kv, h1, root, t1) == -1, "evicted block is gone");
+	CHECK(opus_kv_cache_find(&c.kv, h2, root, t2) == b, "the other stays");
+	CHECK(c.kv.refcount[a] == 1, "evicted block handed out with refcount 1");
+	x = opus_kv_alloc(&c.kv);
+	CHECK(x == b && c.kv.n_cached == 0 && c.kv.n_free == 0, "then b");
+	CHECK(opus_kv_alloc(&c.kv) == -1, "nothing left");
+	opus_kv_destroy(&c.kv);
+}
+
+/* A sequence of three cached full blocks releases them last-first. */
+static void
+test_seq_release_order(void)
+{
+	struct opus_ctx c;
+	struct opus_seq s;
+	struct opus_error err = {0};
+	int32_t		toks[12];
+	uint64_t	root = opus_kv_hash_root(1, 4);
+	uint64_t	h[3];
+	int32_t		id[3];
+
+	if (!make_kv(&c, 4, 6))
+		return;
+	for (int i = 0; i < 12; i++)
+		toks[i] = 100 + i;
+	opus_seq_init(&s);
+	for (int i = 0; i < 3; i++)
+	{
+		id[i] = opus_kv_alloc(&c.kv);
+		h[i] = opus_kv_hash_block(i ? h[i - 1] : root, toks + 4 * i, 4);
+		CHECK(opus_kv_cache_insert(&c.kv, id[i], h[i], i ? h[i - 1] : root, toks + 4 * i),
+			  "publish %d", i);
+		CHECK(opus_seq_append_block(&c, &s, id[i], &err) == OPUS_OK, "append %d: %s", i, err.msg);
+		opus_kv_unref(&c.kv, id[i]);	/* the sequence holds the only reference */
+	}
+	CHECK(s.n_pos == 12 && s.n_blocks == 3, "attached 3 blocks");
+	CHECK(c.kv.n_free == 3, "3 held");
+	/* a partial sequence cannot take a whole block */
+	{
+		struct opus_seq p = {0};
+
+		p.n_pos = 2;
+		CHECK(opus_seq_append_block(&c, &p, id[0], &err) == OPUS_ERR_INVALID_ARG,
+			  "append to a partial sequence fails");
+		CHECK(opus_seq_append_block(&c, &s, 99, &err) == OPUS_ERR_INVALID_ARG,
+			  "append of a bad id fails");
+	}
+	opus_seq_release(&c, &s);
+	CHECK(c.kv.n_free == 6 && c.kv.n_evictable == 3, "all evictable");
+	CHECK(c.kv.lru_head == id[2] && c.kv.lru_tail == id[0], "tail block is least recent");
+	/* drain the stack, then evictions go tail first, head last */
+	for (int i = 0; i < 3; i++)
+		(void) opus_kv_alloc(&c.kv);
+	CHECK(opus_kv_alloc(&c.kv) == id[2], "third block evicted first");
+	CHECK(opus_kv_cache_find(&c.kv, h[0], root, toks) == id[0], "head still cached");
+	opus_kv_destroy(&c.kv);
+}
+
+static void
+test_memory(void)
+{
+	struct opus_ctx_params p = {0};
+	struct opus_kv kv;
+	struct opus_error err = {0};
+	size_t		bb = opus_kv_block_bytes(&hp, 4);
+	static _Alignas(64) uint8_t mem[1 << 16];
+
+	p.block_size = 4;
+	p.n_blocks = 8;
+	p.kv_memory = mem;
+	p.kv_memory_size = bb * 8 - 1;
+	CHECK(opus_kv_init(&kv, &hp, &p, &err) == OPUS_ERR_INVALID_ARG, "too small: %s", err.msg);
+	p.kv_memory = mem + 8;
+	p.kv_memory_size = bb * 8;
+	CHECK(opus_kv_init(&kv, &hp, &p, &err) == OPUS_ERR_INVALID_ARG, "unaligned: %s", err.msg);
+	p.kv_memory = mem;
+	CHECK(bb * 8 <= sizeof(mem), "test buffer big enough");
+	CHECK(opus_kv_init(&kv, &hp, &p, &err) == OPUS_OK && kv.mem == mem && !kv.mem_owned,
+		  "caller memory used: %s", err.msg);
+	opus_kv_destroy(&kv);
+	CHECK(mem[0] == 0, "destroy does not free caller memory");	/* ASan would catch a free */
+	p.block_size = 0;
+	CHECK(opus_kv_init(&kv, &hp, &p, &err) == OPUS_ERR_INVALID_ARG, "block size 0 rejected");
+}
+
+int
+main(void)
+{
+	test_alloc();
+	test_hash();
+	test_cache();
+	test_seq_release_order();
+	test_memory();
+	return UNIT_DONE();
+}
