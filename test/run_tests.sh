@@ -6,6 +6,7 @@
 #           default model (make model), build the engine and the extension
 #           with warnings as errors, make install
 #   suites  unit     engine unit tests (make unit, ASan + UBSan)
+#           fuzz     fuzz corpora and regression inputs replayed (make fuzz-regress)
 #           golden   make golden, when the engine defines that target
 #           regress  pg_regress on a temporary instance (test/run_regress.sh)
 #           tap      TAP tests, test/t/*.pl (test/run_tap.sh)
@@ -27,7 +28,7 @@ cd "$(dirname "$0")/.."
 ROOT=$PWD
 JOBS=${JOBS:-2}
 MAKE=${MAKE:-make}
-SUITES=${SUITES:-unit golden regress tap}
+SUITES=${SUITES:-unit fuzz golden regress tap}
 PG_CONFIG=${PG_CONFIG:-/usr/lib/postgresql/15/bin/pg_config}
 export PG_CONFIG
 
@@ -194,6 +195,12 @@ run_suite()
 
 if want unit; then
 	run_suite unit timeout -k 10 1200 $MAKE -j"$JOBS" unit
+fi
+
+# fuzz: replay the committed fuzz corpora and regression inputs (gcc +
+# ASan/UBSan, no libFuzzer needed; test/fuzz/README)
+if want fuzz; then
+	run_suite fuzz timeout -k 10 600 $MAKE -j"$JOBS" fuzz-regress
 fi
 
 if want golden; then

@@ -78,7 +78,7 @@ FUZZ_CC ?= clang
 FUZZ_SECONDS ?= 60
 FUZZ_RSS_MB ?= 2048
 FUZZ_MALLOC_MB ?= 512
-FUZZ_JOBS_NICE ?= nice -n 19
+FUZZ_NICE ?= nice -n 19
 FUZZ_TARGETS ?= gguf tokenizer protocol chat
 FUZZ_ARGS ?=
 FUZZ_CFLAGS := -g -O1 -std=gnu11 -D_GNU_SOURCE -iquote src/engine -iquote src \
@@ -113,16 +113,15 @@ fuzz-build: $(addprefix build/fuzz/fuzz_,$(FUZZ_TARGETS))
 # single allocation above the cap a finding, so a declared huge size in an
 # input cannot exhaust memory unnoticed; -rss_limit_mb bounds the process.
 fuzz: fuzz-build
-	@for t in $(FUZZ_TARGETS); do \
-		mkdir -p build/fuzz/work/$$t build/fuzz/artifacts/$$t test/fuzz/corpus/$$t; \
-		echo "== fuzz_$$t for $(FUZZ_SECONDS) s"; \
-		$(FUZZ_MODEL_ENV) $(FUZZ_JOBS_NICE) build/fuzz/fuzz_$$t \
-			-max_total_time=$(FUZZ_SECONDS) -max_len=$(FUZZ_MAXLEN_$$t) \
+	@set -e; $(foreach t,$(FUZZ_TARGETS), \
+		mkdir -p build/fuzz/work/$(t) build/fuzz/artifacts/$(t) test/fuzz/corpus/$(t); \
+		echo "== fuzz_$(t) for $(FUZZ_SECONDS) s"; \
+		$(FUZZ_MODEL_ENV) $(FUZZ_NICE) build/fuzz/fuzz_$(t) \
+			-max_total_time=$(FUZZ_SECONDS) -max_len=$(FUZZ_MAXLEN_$(t)) \
 			-rss_limit_mb=$(FUZZ_RSS_MB) -malloc_limit_mb=$(FUZZ_MALLOC_MB) \
 			-timeout=10 -print_final_stats=1 \
-			-artifact_prefix=build/fuzz/artifacts/$$t/ $(FUZZ_ARGS) \
-			build/fuzz/work/$$t test/fuzz/corpus/$$t || exit 1; \
-	done
+			-artifact_prefix=build/fuzz/artifacts/$(t)/ $(FUZZ_ARGS) \
+			build/fuzz/work/$(t) test/fuzz/corpus/$(t);)
 
 # Replays run with a per-allocation cap too: a declared huge size must be
 # refused by the reader (or fail cleanly), not attempted.

@@ -71,7 +71,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
 	/* name table round trip */
 	for (int i = 1; i < OPUS_CHAT__COUNT; i++)
-		if (opus_chat_from_name(opus_chat_name((enum opus_chat_template) i)) != i)
+		if ((int) opus_chat_from_name(opus_chat_name((enum opus_chat_template) i)) != i)
 			abort();
 
 	if (data[0] < OPUS_CHAT__COUNT)

@@ -96,7 +96,8 @@ replay(const char *path)
 			n++;
 		}
 		closedir(d);
-		qsort(names, n, sizeof(*names), cmp_names);
+		if (n > 0)
+			qsort(names, n, sizeof(*names), cmp_names);
 		for (size_t i = 0; i < n; i++)
 		{
 			replay(names[i]);
