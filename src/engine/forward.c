@@ -15,6 +15,12 @@
  *     x += Wdown h                    |
  *   final rmsnorm, logits = Wout x for the tokens that want logits only.
  *
+ * A Mixture-of-Experts layer replaces the feed-forward steps (moe.c):
+ *     rmsnorm, quantize rows for the router and the experts | router logits |
+ *     route + group by expert (one thread) | experts' gate, up, SiLU |
+ *     quantize hidden rows | experts' down | x += weighted sum
+ * and qwen3moe / olmoe normalize q and k (per head / whole row) before RoPE.
+ *
  *   (a) tokens split across threads, or for up to SMALL_N tokens done by
  *       every thread into its own buffers, which saves the barrier;
  *   (b) when no sequence has two tokens in the batch (decode), each
@@ -90,6 +96,9 @@ struct opus_fwd_state
 	float	   *att;			/* [n_batch][n_head * head_dim] attention output */
 	float	   *gate;			/* [n_batch][n_ff] */
 	float	   *up;				/* [n_batch][n_ff] */
+	float	   *moe_logits;		/* [n_batch][n_expert] router logits (MoE) */
+	float	   *moe_shl;		/* [n_batch] shared-expert gate logits (qwen2moe) */
+	struct opus_moe_scratch *moe;	/* expert dispatch buffers (MoE), else NULL */
 	struct act *shared;			/* [n_batch] rows of quantized activations */
 	struct act *priv;			/* [n_threads]: SMALL_N rows each, one per thread */
 	float	   *priv_xn;		/* [n_threads][SMALL_N][n_embd] */
@@ -628,6 +637,87 @@ norm_quantize(struct wctx *w, const float *norm_w, const enum opus_qtype *types,
 	return fs->shared;
 }
 
+/*
+ * qwen3moe: RMS-normalize each head of q and k of token t with the
+ * per-head weights; olmoe: the whole q row and the whole k row.
+ */
+static void
+qk_norm(struct opus_fwd_state *fs, const struct opus_layer *L, int t)
+{
+	const struct opus_hparams *hp = &fs->c->model->hp;
+	int			hd = hp->head_dim;
+	float	   *q = fs->q + (size_t) t * hp->n_head * hd;
+	float	   *k = fs->k + (size_t) t * hp->n_head_kv * hd;
+
+	if (hp->arch == OPUS_ARCH_OLMOE)
+	{
+		rmsnorm(q, q, L->attn_q_norm, hp->n_head * hd, hp->norm_eps);
+		rmsnorm(k, k, L->attn_k_norm, hp->n_head_kv * hd, hp->norm_eps);
+		return;
+	}
+	for (int h = 0; h < hp->n_head; h++)
+		rmsnorm(q + (size_t) h * hd, q + (size_t) h * hd, L->attn_q_norm, hd, hp->norm_eps);
+	for (int h = 0; h < hp->n_head_kv; h++)
+		rmsnorm(k + (size_t) h * hd, k + (size_t) h * hd, L->attn_k_norm, hd, hp->norm_eps);
+}
+
+/*
+ * The feed-forward of a MoE layer (x += experts(rmsnorm(x))): the router
+ * (and shared-expert gate) as an ordinary matmul, then moe.c's steps.  The
+ * expert load of layer il is counted into the context; thread 0 adds the
+ * step's weight traffic to the context's statistics.
+ */
+static void
+moe_layer(struct wctx *w, const struct opus_layer *L, int il)
+{
+	struct opus_fwd_state *fs = w->fs;
+	struct opus_ctx *c = fs->c;
+	const struct opus_hparams *hp = &c->model->hp;
+	int			E = hp->n_embd;
+	int			N = fs->n_tok;
+	struct mm_job rj[2] = {
+		{.w = &L->router,.dst = fs->moe_logits,.ld = hp->n_expert},
+		{.w = &L->shexp_gate,.dst = fs->moe_shl,.ld = 1},
+	};
+	int			n_jobs = L->shexp_gate.data ? 2 : 1;
+	enum opus_qtype types[MAX_SLOTS];
+	int			n_types = assign_slots(rj, n_jobs, types);
+
+	for (int t = w->ith; t < N; t += w->nth)
+	{
+		float	   *xn = fs->xn + (size_t) t * (E > hp->n_ff ? E : hp->n_ff);
+
+		rmsnorm(xn, fs->x + (size_t) t * E, L->ffn_norm, E, hp->norm_eps);
+		quantize_row(fs, fs->shared, xn, E, t, types, n_types);
+		opus_moe_quantize_input(fs->moe, &L->moe, xn, t);
+	}
+	step_barrier(w);
+	matmul(w, rj, n_jobs, N, fs->shared);
+	step_barrier(w);
+	if (w->ith == 0)
+	{
+		const struct opus_moe_step_stats *st;
+
+		opus_moe_route(fs->moe, &L->moe, fs->moe_logits, (size_t) hp->n_expert,
+					   fs->moe_shl, N, c->expert_load + (size_t) il * hp->n_expert);
+		st = opus_moe_last_stats(fs->moe);
+		c->moe_io.bytes_last += (uint64_t) st->weight_bytes;
+		c->moe_io.bytes_total += (uint64_t) st->weight_bytes;
+		c->moe_io.active_last += st->n_active;
+		if (st->max_reads > c->moe_io.max_reads_last)
+			c->moe_io.max_reads_last = st->max_reads;
+	}
+	step_barrier(w);
+	opus_moe_gate_up(fs->moe, &L->moe, &fs->ctr[w->phase % 3].next);
+	step_barrier(w);
+	opus_moe_quantize_hidden(fs->moe, &L->moe, w->ith, w->nth);
+	step_barrier(w);
+	opus_moe_down(fs->moe, &L->moe, &fs->ctr[w->phase % 3].next);
+	step_barrier(w);
+	opus_moe_combine(fs->moe, &L->moe, fs->x, (size_t) E, true, w->ith, w->nth);
+	step_barrier(w);
+}
+
 static void
 forward_worker(void *arg, int ith, int nth)
 {
@@ -642,12 +732,12 @@ forward_worker(void *arg, int ith, int nth)
 	int			q_dim = hp->n_head * hd;
 	int			kv_dim = hp->n_head_kv * hd;
 	int			half = hp->rope_dim / 2;
-	bool		neox = (hp->arch == OPUS_ARCH_QWEN2);
+	bool		neox = (hp->arch != OPUS_ARCH_LLAMA);
 	float	   *scores = fs->scores + (size_t) ith * fs->scores_stride;
 	int			n_rep = hp->n_head / hp->n_head_kv;
 	int			n_sub = (n_rep + ATTN_MAX_HEADS - 1) / ATTN_MAX_HEADS;	/* units per KV group */
 	/* each attention unit ropes and stores its own token's K/V (decode batches) */
-	bool		fuse_kv = fs->single && n_sub == 1;
+	bool		fuse_kv = fs->single && n_sub == 1 && !m->layers[0].attn_q_norm;
 	enum opus_qtype types[MAX_SLOTS];
 	int			n_types;
 
@@ -675,7 +765,8 @@ forward_worker(void *arg, int ith, int nth)
 		};
 		struct mm_job down = {.w = &L->w_down,.dst = fs->x,.ld = E,.accumulate = true};
 		enum opus_qtype wo_type = L->wo.qi->vec_dot_type;
-		enum opus_qtype down_type = L->w_down.qi->vec_dot_type;
+		/* (a MoE layer has no dense feed-forward: its types are unused) */
+		enum opus_qtype down_type = L->is_moe ? OPUS_TYPE_F32 : L->w_down.qi->vec_dot_type;
 		/* attention units quantize their own heads (whole blocks) for Wo */
 		bool		fuse_att_q = hd % opus_qtype_info(wo_type)->block_size == 0;
 		/* gate/up units apply SiLU and quantize their rows for Wdown */
@@ -693,6 +784,8 @@ forward_worker(void *arg, int ith, int nth)
 		{
 			for (int t = ith; t < N; t += nth)
 			{
+				if (L->attn_q_norm)
+					qk_norm(fs, L, t);
 				rope_apply(fs->q + (size_t) t * q_dim, hp->n_head, hd, hp->rope_dim, neox,
 						   fs->rope_cos + (size_t) t * half, fs->rope_sin + (size_t) t * half);
 				rope_apply(fs->k + (size_t) t * kv_dim, hp->n_head_kv, hd, hp->rope_dim, neox,
@@ -745,6 +838,12 @@ forward_worker(void *arg, int ith, int nth)
 		}
 		matmul(&w, &wo, 1, N, fs->shared);
 		step_barrier(&w);
+
+		if (L->is_moe)
+		{
+			moe_layer(&w, L, il);
+			continue;
+		}
 
 		/* h = silu(Wgate rmsnorm(x)) * Wup rmsnorm(x) */
 		n_types = assign_slots(ffn, 2, types);
@@ -842,10 +941,11 @@ opus_fwd_state_create(struct opus_ctx *c, struct opus_error *err)
 	{
 		const struct opus_layer *L = &m->layers[il];
 		const struct opus_wmat *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo,
-		&L->w_gate, &L->w_up, &L->w_down};
+		&L->w_gate, &L->w_up, &L->w_down, &L->router, &L->shexp_gate};
 
 		for (size_t i = 0; i < sizeof(ws) / sizeof(ws[0]); i++)
-			stride = max_size(stride, act_row_bytes(ws[i]));
+			if (ws[i]->data)
+				stride = max_size(stride, act_row_bytes(ws[i]));
 	}
 	if (stride == SIZE_MAX || stride > ((size_t) 1 << 30) / B)
 		return opus_error_set(err, OPUS_ERR_NOMEM, "activation buffers too large");
@@ -897,9 +997,28 @@ opus_fwd_state_create(struct opus_ctx *c, struct opus_error *err)
 	ALLOC(fs->scores, (size_t) c->params.n_threads * fs->scores_stride);
 	ALLOC(fs->out_tok, B);
 	ALLOC(fs->out_rows, B);
+	if (hp->n_expert > 0)
+	{
+		ALLOC(fs->moe_logits, B * (size_t) hp->n_expert);
+		ALLOC(fs->moe_shl, B);
+	}
 #undef ALLOC
 	if (!ok)
 		return opus_error_set(err, OPUS_ERR_NOMEM, "out of memory for forward buffers");
+	if (hp->n_expert > 0)
+	{
+		const struct opus_moe_experts **layers = malloc(sizeof(*layers) * (size_t) hp->n_layer);
+		enum opus_status st;
+
+		if (!layers)
+			return opus_error_set(err, OPUS_ERR_NOMEM, "out of memory for forward buffers");
+		for (int il = 0; il < hp->n_layer; il++)
+			layers[il] = &m->layers[il].moe;
+		st = opus_moe_scratch_create(layers, hp->n_layer, (int) B, &fs->moe, err);
+		free(layers);
+		if (st != OPUS_OK)
+			return st;
+	}
 
 	if (strcmp(opus_qtype_cpu_variant(), "avx2") == 0)
 	{
@@ -961,6 +1080,9 @@ opus_fwd_state_free(struct opus_fwd_state *fs)
 	free(fs->scores);
 	free(fs->out_tok);
 	free(fs->out_rows);
+	free(fs->moe_logits);
+	free(fs->moe_shl);
+	opus_moe_scratch_free(fs->moe);
 	free(fs);
 }
 
@@ -1113,6 +1235,13 @@ opus_forward(struct opus_ctx *c, struct opus_batch_item *items, int n_items,
 			fs->single = false;
 	for (int k = 0; k < 3; k++)
 		atomic_store(&fs->ctr[k].next, 0);
+	if (fs->moe)
+	{
+		c->moe_io.steps++;
+		c->moe_io.bytes_last = 0;
+		c->moe_io.max_reads_last = 0;
+		c->moe_io.active_last = 0;
+	}
 
 	opus_pool_run(c->pool, forward_worker, fs);
 

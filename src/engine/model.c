@@ -18,9 +18,14 @@
 #include <string.h>
 #include <sys/mman.h>
 
+#include "model_moe.h"
+
 static const char *const arch_names[OPUS_ARCH__COUNT] = {
 	[OPUS_ARCH_LLAMA] = "llama",
 	[OPUS_ARCH_QWEN2] = "qwen2",
+	[OPUS_ARCH_QWEN2MOE] = "qwen2moe",
+	[OPUS_ARCH_QWEN3MOE] = "qwen3moe",
+	[OPUS_ARCH_OLMOE] = "olmoe",
 };
 
 /* ---- metadata helpers ---- */
@@ -310,7 +315,7 @@ read_hparams(const struct opus_gguf *g, const char *path,
 			hp->rope_freq_scale = 1.0f / factor;
 		}
 	}
-	return OPUS_OK;
+	return opus_moe_read_hparams(g, hp, err);
 }
 
 enum opus_status
@@ -373,9 +378,9 @@ opus_model_load(const char *path, const struct opus_load_params *params,
 		hp->tied_embeddings = true;
 	}
 
-	/* f32 vectors: output_norm, rope_freqs, 2 norms + 3 biases per layer */
+	/* f32 vectors: output_norm, rope_freqs, 2 norms + 3 biases + q/k norms per layer */
 	n_floats = hp->n_embd + hp->rope_dim / 2 +
-		(int64_t) hp->n_layer * (2 * hp->n_embd + q_dim + 2 * kv_dim);
+		(int64_t) hp->n_layer * (2 * hp->n_embd + 2 * q_dim + 3 * kv_dim);
 	m->owned = malloc((size_t) n_floats * sizeof(float));
 	m->layers = calloc(hp->n_layer, sizeof(struct opus_layer));
 	if (!m->owned || !m->layers)
@@ -412,6 +417,9 @@ opus_model_load(const char *path, const struct opus_load_params *params,
 	{
 		struct opus_layer *L = &m->layers[il];
 		bool		bias = (hp->arch == OPUS_ARCH_QWEN2);
+		int64_t		qn = hp->arch == OPUS_ARCH_OLMOE ? q_dim : hp->head_dim;
+		int64_t		kn = hp->arch == OPUS_ARCH_OLMOE ? kv_dim : hp->head_dim;
+		bool		qk_norm = (hp->arch == OPUS_ARCH_QWEN3MOE || hp->arch == OPUS_ARCH_OLMOE);
 
 #define TN(suffix) (snprintf(name, sizeof(name), "blk.%d.%s", il, suffix), name)
 		L->attn_norm = fp;
@@ -425,11 +433,38 @@ opus_model_load(const char *path, const struct opus_load_params *params,
 			(st = find_matrix(g, TN("attn_q.weight"), hp->n_embd, q_dim, true, &L->wq, err)) ||
 			(st = find_matrix(g, TN("attn_k.weight"), hp->n_embd, kv_dim, true, &L->wk, err)) ||
 			(st = find_matrix(g, TN("attn_v.weight"), hp->n_embd, kv_dim, true, &L->wv, err)) ||
-			(st = find_matrix(g, TN("attn_output.weight"), q_dim, hp->n_embd, true, &L->wo, err)) ||
-			(st = find_matrix(g, TN("ffn_gate.weight"), hp->n_embd, hp->n_ff, true, &L->w_gate, err)) ||
-			(st = find_matrix(g, TN("ffn_up.weight"), hp->n_embd, hp->n_ff, true, &L->w_up, err)) ||
-			(st = find_matrix(g, TN("ffn_down.weight"), hp->n_ff, hp->n_embd, true, &L->w_down, err)))
+			(st = find_matrix(g, TN("attn_output.weight"), q_dim, hp->n_embd, true, &L->wo, err)))
 			goto fail;
+		if (hp->n_expert == 0)
+		{
+			if ((st = find_matrix(g, TN("ffn_gate.weight"), hp->n_embd, hp->n_ff, true, &L->w_gate, err)) ||
+				(st = find_matrix(g, TN("ffn_up.weight"), hp->n_embd, hp->n_ff, true, &L->w_up, err)) ||
+				(st = find_matrix(g, TN("ffn_down.weight"), hp->n_ff, hp->n_embd, true, &L->w_down, err)))
+				goto fail;
+		}
+		else
+		{
+			/* router, the qwen2moe shared expert's gate, the experts */
+			if ((st = find_matrix(g, TN("ffn_gate_inp.weight"), hp->n_embd, hp->n_expert, true,
+								  &L->router, err)) ||
+				(st = find_matrix(g, TN("ffn_gate_inp_shexp.weight"), hp->n_embd, 1,
+								  hp->arch == OPUS_ARCH_QWEN2MOE, &L->shexp_gate, err)))
+				goto fail;
+			if ((st = opus_moe_load_layer(g, hp, il, &L->moe, err)) != OPUS_OK)
+				goto fail;
+			L->is_moe = true;
+		}
+		/* q/k norms: per head (qwen3moe) or over the whole projection (olmoe) */
+		L->attn_q_norm = fp;
+		if ((st = load_vector(g, TN("attn_q_norm.weight"), qn, qk_norm, fp, &found, err)))
+			goto fail;
+		L->attn_q_norm = qk_norm ? fp : NULL;
+		fp += q_dim;
+		L->attn_k_norm = fp;
+		if ((st = load_vector(g, TN("attn_k_norm.weight"), kn, qk_norm, fp, &found, err)))
+			goto fail;
+		L->attn_k_norm = qk_norm ? fp : NULL;
+		fp += kv_dim;
 		/* biases: required for qwen2, used if present for llama */
 		L->bq = fp;
 		if ((st = load_vector(g, TN("attn_q.bias"), q_dim, bias, fp, &found, err)))
@@ -521,6 +556,9 @@ opus_model_free(struct opus_model *m)
 		opus_tokenizer_free(m->tok);
 	if (m->gguf)
 		opus_gguf_close(m->gguf);
+	for (int il = 0; m->layers && il < m->hp.n_layer; il++)
+		if (m->layers[il].is_moe)
+			opus_moe_unload_layer(&m->layers[il].moe);
 	free(m->layers);
 	free(m->owned);
 	free(m);
@@ -608,6 +646,16 @@ opus_ctx_create(struct opus_model *m, const struct opus_ctx_params *p,
 	c->params = *p;
 	if (c->params.block_size == 0)
 		c->params.block_size = 16;
+	if (m->hp.n_expert > 0)
+	{
+		c->expert_load = calloc((size_t) m->hp.n_layer * (size_t) m->hp.n_expert,
+								sizeof(uint64_t));
+		if (!c->expert_load)
+		{
+			opus_ctx_free(c);
+			return opus_error_set(err, OPUS_ERR_NOMEM, "out of memory creating context");
+		}
+	}
 	if ((st = opus_kv_init(&c->kv, &m->hp, &c->params, err)) != OPUS_OK ||
 		(st = opus_pool_create(p->n_threads, &c->pool, err)) != OPUS_OK ||
 		(st = opus_fwd_state_create(c, err)) != OPUS_OK)
@@ -628,6 +676,7 @@ opus_ctx_free(struct opus_ctx *c)
 	if (c->pool)
 		opus_pool_free(c->pool);
 	opus_kv_destroy(&c->kv);
+	free(c->expert_load);
 	free(c);
 }
 
@@ -635,4 +684,30 @@ int64_t
 opus_ctx_free_blocks(const struct opus_ctx *c)
 {
 	return c->kv.n_free;
+}
+
+/* ---- Mixture-of-Experts statistics ---- */
+
+const uint64_t *
+opus_ctx_expert_load(const struct opus_ctx *c, int32_t *n_layer, int32_t *n_expert)
+{
+	bool		moe = c->expert_load != NULL;
+
+	*n_layer = moe ? c->model->hp.n_layer : 0;
+	*n_expert = moe ? c->model->hp.n_expert : 0;
+	return c->expert_load;
+}
+
+void
+opus_ctx_expert_load_reset(struct opus_ctx *c)
+{
+	if (c->expert_load)
+		memset(c->expert_load, 0, sizeof(uint64_t) * (size_t) c->model->hp.n_layer *
+			   (size_t) c->model->hp.n_expert);
+}
+
+void
+opus_ctx_moe_io_stats(const struct opus_ctx *c, struct opus_moe_io_stats *out)
+{
+	*out = c->moe_io;
 }

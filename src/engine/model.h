@@ -34,6 +34,9 @@ enum opus_arch
 {
 	OPUS_ARCH_LLAMA = 0,		/* llama, SmolLM2, TinyLlama, Llama 3, Mistral */
 	OPUS_ARCH_QWEN2,			/* llama + QKV bias */
+	OPUS_ARCH_QWEN2MOE,			/* qwen2 + experts + gated shared expert */
+	OPUS_ARCH_QWEN3MOE,			/* NeoX RoPE, per-head q/k norms, experts */
+	OPUS_ARCH_OLMOE,			/* NeoX RoPE, whole-row q/k norms, experts */
 	OPUS_ARCH__COUNT
 };
 
@@ -59,6 +62,13 @@ struct opus_hparams
 	bool		tied_embeddings;	/* no output.weight: reuse token_embd */
 	enum opus_qtype main_type;	/* dominant weight type (general.file_type) */
 	int64_t		n_params;
+	/* Mixture of Experts (all 0 for a dense model; Mixtral is llama + experts) */
+	int32_t		n_expert;		/* <arch>.expert_count */
+	int32_t		n_expert_used;	/* experts per token (top-k) */
+	int32_t		n_ff_exp;		/* an expert's feed-forward width */
+	int32_t		n_ff_shexp;		/* the shared expert's (qwen2moe), else 0 */
+	bool		expert_weights_norm;	/* top-k weights renormalised to sum 1 */
+	float		expert_weights_scale;	/* top-k weights multiplied by this */
 };
 
 struct opus_model;
@@ -149,5 +159,31 @@ struct opus_batch_item
 enum opus_status opus_forward(struct opus_ctx *c,
 							  struct opus_batch_item *items, int n_items,
 							  struct opus_error *err);
+
+/* ---- Mixture-of-Experts statistics ---- */
+
+/*
+ * Tokens routed to each expert by this context's forward passes since it
+ * was created (or last reset): counts[layer * n_expert + e].  NULL (and
+ * *n_layer = *n_expert = 0) for a dense model.  Valid until opus_ctx_free;
+ * read it between opus_forward calls.
+ */
+const uint64_t *opus_ctx_expert_load(const struct opus_ctx *c, int32_t *n_layer,
+									 int32_t *n_expert);
+void		opus_ctx_expert_load_reset(struct opus_ctx *c);
+
+/* Expert weight traffic of the batched dispatch (moe.c counts it). */
+struct opus_moe_io_stats
+{
+	uint64_t	steps;			/* opus_forward calls that ran expert layers */
+	uint64_t	bytes_total;	/* expert weight bytes read, all calls and layers */
+	uint64_t	bytes_last;		/* ... by the last call, all layers */
+	int32_t		max_reads_last; /* most times one expert's weights were read in one
+								 * layer of the last call (1: each at most once) */
+	int32_t		active_last;	/* active experts, summed over the layers, last call */
+};
+
+/* All zero for a dense model. */
+void		opus_ctx_moe_io_stats(const struct opus_ctx *c, struct opus_moe_io_stats *out);
 
 #endif							/* OPUS_MODEL_H */

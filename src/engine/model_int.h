@@ -7,6 +7,7 @@
 #define OPUS_MODEL_INT_H
 
 #include "model.h"
+#include "moe.h"
 #include "threadpool.h"
 
 /* A weight matrix: n_out rows of n_in elements, row-major, in the mapping. */
@@ -31,10 +32,18 @@ struct opus_layer
 	float	   *bq;				/* qwen2: [n_head * head_dim], else NULL */
 	float	   *bk;				/* qwen2: [n_head_kv * head_dim] */
 	float	   *bv;				/* qwen2: [n_head_kv * head_dim] */
+	float	   *attn_q_norm;	/* qwen3moe: [head_dim] per head; olmoe: [n_head * head_dim]; else NULL */
+	float	   *attn_k_norm;	/* qwen3moe: [head_dim] per head; olmoe: [n_head_kv * head_dim] */
 	float	   *ffn_norm;		/* [n_embd] */
+	/* dense feed-forward (zeroed in a MoE layer) */
 	struct opus_wmat w_gate;	/* [n_ff][n_embd] */
 	struct opus_wmat w_up;		/* [n_ff][n_embd] */
 	struct opus_wmat w_down;	/* [n_embd][n_ff] */
+	/* Mixture of Experts (model_moe.c, moe.c) */
+	bool		is_moe;
+	struct opus_wmat router;	/* ffn_gate_inp: [n_expert][n_embd] */
+	struct opus_wmat shexp_gate;	/* qwen2moe ffn_gate_inp_shexp: [1][n_embd], else zeroed */
+	struct opus_moe_experts moe;
 };
 
 struct opus_model
@@ -157,6 +166,8 @@ struct opus_ctx
 	struct opus_kv kv;
 	struct opus_pool *pool;
 	struct opus_fwd_state *fs;	/* scratch of the forward pass (forward.c) */
+	uint64_t   *expert_load;	/* [n_layer][n_expert] tokens routed (MoE), else NULL */
+	struct opus_moe_io_stats moe_io;	/* updated by the forward pass */
 };
 
 enum opus_status opus_fwd_state_create(struct opus_ctx *c, struct opus_error *err);
