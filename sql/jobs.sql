@@ -114,6 +114,12 @@ SELECT try($$SELECT opus_job_create('x', 'docs', '{id}', '{{body}}', 'docs', tar
 SELECT try($$SELECT opus_job_create('x', source_query => 'SELECT 1 AS id, nope', key_columns => '{id}',
                                     prompt_template => 'x', target_table => 'other')$$);
 SELECT try($$CALL opus_job_run('no such job')$$);
+-- A run commits, so it refuses to run inside a transaction block.
+\set SHOW_CONTEXT never
+BEGIN;
+CALL opus_job_run('summaries');
+ROLLBACK;
+\set SHOW_CONTEXT errors
 
 -- A query source and a chat job with a system message.
 SELECT opus_job_create('from_query', source_query => 'SELECT id, body FROM docs WHERE id <= 3',

@@ -24,7 +24,7 @@ AS 'MODULE_PATHNAME', 'opus_submit'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
 COMMENT ON FUNCTION @extschema@.opus_submit(text, integer, double precision, double precision, integer, double precision, double precision, double precision, double precision, bigint, text[], boolean)
-IS 'queue a completion of prompt and return its request id at once; detached => false cancels it if the session ends or its transaction aborts before the result is read';
+IS 'queue a completion of prompt and return its request id at once; detached => false cancels it if the session ends or a transaction of the session aborts before the result is read';
 
 CREATE FUNCTION @extschema@.opus_submit_chat(
     messages jsonb,

@@ -162,6 +162,14 @@ IS 'the names of a template''s {{name}} placeholders';
 
 -- Internal helpers ------------------------------------------------------------
 
+CREATE FUNCTION @extschema@.opus_job_check_not_in_block()
+RETURNS void
+AS 'MODULE_PATHNAME', 'opus_job_check_not_in_block'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.opus_job_check_not_in_block()
+IS 'internal: raise 25001 inside an explicit transaction block, where opus_job_run cannot commit';
+
 -- The advisory lock of a job's runs: (classid, objid) = ('opus', job id).
 CREATE FUNCTION @extschema@.opus_job_lock_space()
 RETURNS integer
@@ -803,6 +811,7 @@ BEGIN
     j := @extschema@.opus_job_find(job_name);
     PERFORM @extschema@.opus_job_check_owner(j, 'run');
     PERFORM FROM @extschema@.opus_engine_status();     -- 55000 unless preloaded
+    PERFORM @extschema@.opus_job_check_not_in_block();
     IF max_rows IS NOT NULL AND max_rows OPERATOR(pg_catalog.<) 0 THEN
         RAISE EXCEPTION 'max_rows must not be negative' USING ERRCODE = 'invalid_parameter_value';
     END IF;

@@ -37,8 +37,8 @@
  *
  * Detached or not: opus_submit(..., detached => false) ties the request to
  * the session.  Such requests are remembered in a backend-local list and
- * cancelled when the session exits or a (top-level) transaction aborts
- * before their result was read.  opus_job_run uses this so that an
+ * cancelled when the session exits or any (top-level) transaction of the
+ * session aborts before their result was read.  opus_job_run uses this so that an
  * interrupted run does not leave requests behind.
  *
  * Set-based generation keeps a window of requests in flight (ordinary,
@@ -342,8 +342,12 @@ attached_exit_callback(int code, Datum arg)
 	cancel_attached();
 }
 
+/*
+ * Make room for one more attached request (and register the callbacks), so
+ * that remembering it after it is submitted cannot fail.
+ */
 static void
-remember_attached(uint64 id)
+reserve_attached(void)
 {
 	if (!callbacks_registered)
 	{
@@ -360,7 +364,6 @@ remember_attached(uint64 id)
 			MemoryContextAlloc(TopMemoryContext, sizeof(uint64) * cap);
 		attached_cap = cap;
 	}
-	attached_ids[n_attached++] = id;
 }
 
 /* ---------------------------------------------------------------------
@@ -392,9 +395,8 @@ submit_async(const OpusRequest *req, bool detached)
 				 errmsg("asynchronous opus requests are disabled"),
 				 errhint("Set opus.max_async_requests above 0.")));
 
-	/* Record an attached request before it exists, so no error loses it. */
 	if (!detached)
-		remember_attached(0);
+		reserve_attached();
 
 	index = OpusClaimSlot(req->kind, true, &id, false);
 	slot = OpusGetSlot(index);
@@ -413,7 +415,7 @@ submit_async(const OpusRequest *req, bool detached)
 	PG_END_ENSURE_ERROR_CLEANUP(abandon_callback, Int64GetDatum((int64) id));
 
 	if (!detached)
-		attached_ids[n_attached - 1] = id;
+		attached_ids[n_attached++] = id;	/* room reserved above */
 	return (int64) id;
 }
 

@@ -14,6 +14,7 @@
  */
 #include "postgres.h"
 
+#include "access/xact.h"
 #include "catalog/pg_type.h"
 #include "fmgr.h"
 #include "lib/stringinfo.h"
@@ -25,6 +26,7 @@
 
 PG_FUNCTION_INFO_V1(opus_render);
 PG_FUNCTION_INFO_V1(opus_template_columns);
+PG_FUNCTION_INFO_V1(opus_job_check_not_in_block);
 
 /*
  * Find the next placeholder in s[pos..len): sets *start (at "{{"), *end
@@ -157,4 +159,21 @@ opus_template_columns(PG_FUNCTION_ARGS)
 	if (astate == NULL)
 		PG_RETURN_ARRAYTYPE_P(construct_empty_array(TEXTOID));
 	PG_RETURN_DATUM(makeArrayResult(astate, CurrentMemoryContext));
+}
+
+/*
+ * opus_job_check_not_in_block(): raise 25001 inside an explicit transaction
+ * block (BEGIN ... CALL opus_job_run), where the run could not commit its
+ * chunks.
+ */
+Datum
+opus_job_check_not_in_block(PG_FUNCTION_ARGS)
+{
+	if (IsTransactionBlock())
+		ereport(ERROR,
+				(errcode(ERRCODE_ACTIVE_SQL_TRANSACTION),
+				 errmsg("opus_job_run cannot run inside a transaction block"),
+				 errdetail("A run commits its results in chunks."),
+				 errhint("CALL it on its own, outside BEGIN ... COMMIT.")));
+	PG_RETURN_VOID();
 }
