@@ -128,6 +128,9 @@ struct opus_fwd_state
 	opus_mm_rows_fn tile_q4_1[8];	/* [C-1] */
 	opus_mm_rows_fn tile_q8_0[8];
 	opus_attend_fn attend;
+	opus_swiglu_fn swiglu;		/* SwiGLU (llama.cpp's arithmetic) */
+	opus_act_quant_fn act_q8_0;	/* activation quantizers (llama.cpp's CPU ones) */
+	opus_act_quant_fn act_q8_1;
 	opus_to_f16_fn to_f16;
 };
 
@@ -239,7 +242,12 @@ quantize_part(struct opus_fwd_state *fs, struct act *act, int slot,
 	float	   *xs = act->xs[slot] + (size_t) (t / 8) * fs->xs_stride + t % 8;
 	int64_t		nb = n / 32;
 
-	qi->from_float(src + off, dst, len);
+	if (type == OPUS_TYPE_Q8_1)
+		fs->act_q8_1(src + off, dst, len);
+	else if (type == OPUS_TYPE_Q8_0)
+		fs->act_q8_0(src + off, dst, len);
+	else
+		qi->from_float(src + off, dst, len);
 	if (!fs->tiled)
 		return;
 	if (type == OPUS_TYPE_Q8_1)
@@ -379,12 +387,6 @@ matmul(struct wctx *w, struct mm_job *jobs, int n_jobs, int n_tok,
 	}
 }
 
-static inline float
-silu_mul(float g, float u)
-{
-	return g / (1.0f + expf(-g)) * u;
-}
-
 /*
  * Fused feed-forward step: a unit computes rows r0..r1 (FFN_TILE of them) of
  * both gate and up for a token tile, then h = silu(gate) * up for those rows
@@ -422,8 +424,7 @@ ffn_fused(struct wctx *w, struct mm_job *ffn, int n_tok, const struct act *in,
 			const float *up = fs->up + (size_t) t * F;
 			float	   *hb = fs->xn + (size_t) t * xn_ld;
 
-			for (int64_t i = r0; i < r1; i++)
-				hb[i] = silu_mul(g[i], up[i]);
+			fs->swiglu(hb, g, up, r0, r1, F);
 			quantize_part(fs, fs->shared, SLOT_FUSED, down_type, hb, F, r0, r1 - r0, t);
 		}
 	}
@@ -480,66 +481,17 @@ rope_apply(float *vec, int n_heads, int head_dim, int rope_dim, bool neox,
 			float		x0 = x[i0];
 			float		x1 = x[i1];
 
-			x[i0] = x0 * cs[i] - x1 * sn[i];
-			x[i1] = x0 * sn[i] + x1 * cs[i];
+			/*
+			 * fused the way ggml's compiled rope is (checked bit for bit
+			 * against llama.cpp): x0 c - (x1 s), x0 s + (x1 c)
+			 */
+			x[i0] = fmaf(x0, cs[i], -(x1 * sn[i]));
+			x[i1] = fmaf(x0, sn[i], x1 * cs[i]);
 		}
 	}
 }
 
 /* ---- attention ---- */
-
-/*
- * Plain version of opus_fwd_attend_avx2 (same cache layout, any block size
- * and head size; its own fixed order of operations).
- */
-static void
-attend_ref(const struct opus_attn_args *a)
-{
-	int			bs = a->bs;
-	int			hd = a->hd;
-	int			stride = (a->n_kv + 15) / 16 * 16;
-
-	for (int h = 0; h < a->n_h; h++)
-	{
-		const float *q = a->q + (size_t) h * hd;
-		float	   *s = a->scores + (size_t) h * stride;
-		float	   *out = a->out + (size_t) h * hd;
-		float		max = -INFINITY,
-					sum = 0.0f,
-					inv;
-
-		for (int p = 0; p < a->n_kv; p++)
-		{
-			const uint16_t *kb = (const uint16_t *) (a->kv_mem + (size_t) a->blocks[p / bs] * a->block_bytes +
-													 a->k_off) + p % bs;
-			float		dot = 0.0f;
-
-			/* q rounded to F16 like the AVX2 kernel (and llama.cpp) */
-			for (int d = 0; d < hd; d++)
-				dot += opus_fp16_to_fp32(opus_fp32_to_fp16(q[d])) *
-					opus_fp16_to_fp32(kb[(size_t) d * bs]);
-			s[p] = dot * a->scale;
-			if (s[p] > max)
-				max = s[p];
-		}
-		for (int p = 0; p < a->n_kv; p++)
-		{
-			s[p] = expf(s[p] - max);
-			sum += s[p];
-		}
-		inv = 1.0f / sum;
-		memset(out, 0, sizeof(float) * hd);
-		for (int p = 0; p < a->n_kv; p++)
-		{
-			const uint16_t *vr = (const uint16_t *) (a->kv_mem + (size_t) a->blocks[p / bs] * a->block_bytes +
-													 a->v_off) + (size_t) (p % bs) * hd;
-			float		w = opus_fp16_to_fp32(opus_fp32_to_fp16(s[p] * inv));
-
-			for (int d = 0; d < hd; d++)
-				out[d] += w * opus_fp16_to_fp32(vr[d]);
-		}
-	}
-}
 
 /* Heads per attention work unit (heads of one KV group, at most 3). */
 #define ATTN_MAX_HEADS 3
@@ -666,6 +618,11 @@ qk_norm(struct opus_fwd_state *fs, const struct opus_layer *L, int t)
  * (and shared-expert gate) as an ordinary matmul, then moe.c's steps.  The
  * expert load of layer il is counted into the context; thread 0 adds the
  * step's weight traffic to the context's statistics.
+ *
+ * For a few tokens (decode) with a small router whose type the matmul runs
+ * by plain vec_dot (no tiled kernel, so the logits are the same values),
+ * thread 0 normalizes every token privately, computes the router logits and
+ * routes while the others quantize the expert inputs: two barriers fewer.
  */
 static void
 moe_layer(struct wctx *w, const struct opus_layer *L, int il)
@@ -682,18 +639,39 @@ moe_layer(struct wctx *w, const struct opus_layer *L, int il)
 	int			n_jobs = L->shexp_gate.data ? 2 : 1;
 	enum opus_qtype types[MAX_SLOTS];
 	int			n_types = assign_slots(rj, n_jobs, types);
+	bool		fused = N <= SMALL_N &&
+		(int64_t) N * hp->n_expert * E <= ((int64_t) 1 << 20) &&
+		!tiles_for(fs, L->router.type) && !(n_jobs == 2 && tiles_for(fs, L->shexp_gate.type));
 
 	for (int t = w->ith; t < N; t += w->nth)
 	{
 		float	   *xn = fs->xn + (size_t) t * (E > hp->n_ff ? E : hp->n_ff);
 
 		rmsnorm(xn, fs->x + (size_t) t * E, L->ffn_norm, E, hp->norm_eps);
-		quantize_row(fs, fs->shared, xn, E, t, types, n_types);
+		if (!fused)
+			quantize_row(fs, fs->shared, xn, E, t, types, n_types);
 		opus_moe_quantize_input(fs->moe, &L->moe, xn, t);
 	}
-	step_barrier(w);
-	matmul(w, rj, n_jobs, N, fs->shared);
-	step_barrier(w);
+	if (fused && w->ith == 0)
+	{
+		/* the router for every token by this thread, as mm_unit would */
+		struct act *act = &fs->priv[0];
+		float	   *xn = fs->priv_xn;
+
+		for (int t = 0; t < N; t++)
+		{
+			rmsnorm(xn, fs->x + (size_t) t * E, L->ffn_norm, E, hp->norm_eps);
+			quantize_row(fs, act, xn, E, t, types, n_types);
+			for (int j = 0; j < n_jobs; j++)
+				mm_unit(fs, &rj[j], act, 0, rj[j].w->n_out, t, t + 1);
+		}
+	}
+	if (!fused)
+	{
+		step_barrier(w);
+		matmul(w, rj, n_jobs, N, fs->shared);
+		step_barrier(w);
+	}
 	if (w->ith == 0)
 	{
 		const struct opus_moe_step_stats *st;
@@ -864,8 +842,7 @@ forward_worker(void *arg, int ith, int nth)
 				const float *u = fs->up + (size_t) t * F;
 				float	   *hb = fs->xn + (size_t) t * (E > F ? E : F);
 
-				for (int i = 0; i < F; i++)
-					hb[i] = silu_mul(g[i], u[i]);
+				fs->swiglu(hb, g, u, 0, F, F);
 				quantize_row(fs, fs->shared, hb, F, t, types, n_types);
 			}
 		}
@@ -1026,8 +1003,11 @@ opus_fwd_state_create(struct opus_ctx *c, struct opus_error *err)
 		if (hp->head_dim % 16 == 0 && hp->head_dim <= 256)
 			fs->attend = opus_fwd_attend_avx2;
 		else
-			fs->attend = attend_ref;
+			fs->attend = opus_fwd_attend_ref;
 		fs->to_f16 = opus_fwd_to_f16_avx2;
+		fs->swiglu = opus_fwd_swiglu_avx2;
+		fs->act_q8_0 = opus_act_q8_0_avx2;
+		fs->act_q8_1 = opus_act_q8_1_avx2;
 		fs->tiled = true;
 		for (int k = 0; k < 8; k++)
 		{
@@ -1037,8 +1017,11 @@ opus_fwd_state_create(struct opus_ctx *c, struct opus_error *err)
 	}
 	else
 	{
-		fs->attend = attend_ref;
+		fs->attend = opus_fwd_attend_ref;
 		fs->to_f16 = to_f16_ref;
+		fs->swiglu = opus_fwd_swiglu_ref;
+		fs->act_q8_0 = opus_act_q8_0_ref;
+		fs->act_q8_1 = opus_act_q8_1_ref;
 	}
 	return OPUS_OK;
 }

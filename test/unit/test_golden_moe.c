@@ -12,7 +12,8 @@
  *    and our top-1 must equal llama.cpp's where its top1 - top2 margin is
  *    large;
  *  - all prompts together in one batch (their tokens share the experts'
- *    groups) must give the same logits bit for bit as one prompt at a time;
+ *    groups) must give the same logits bit for bit as one prompt at a time,
+ *    and so must the longest prompt fed one token per call (decode);
  *  - the expert load counters must add up to n_used per token and layer.
  *
  * mixtral-legacy-<type>.gguf (per-expert tensors, which llama.cpp no longer
@@ -458,6 +459,30 @@ check_model(const char *arch, const char *type, const char *mdir, const char *gd
 		for (int p = 0; p < g->n_prompts; p++)
 			same = same && memcmp(lg[p], lg2[p], sizeof(float) * (size_t) g->n_tok[p] * hp->n_vocab) == 0;
 		CHECK(same, "%s-%s: all prompts in one batch == one at a time, bit for bit", arch, type);
+	}
+
+	/* the longest prompt one token per call: the decode path, same bits */
+	{
+		int			pl = 0;
+		struct opus_seq seq;
+		bool		same = true;
+
+		for (int p = 1; p < g->n_prompts; p++)
+			if (g->n_tok[p] > g->n_tok[pl])
+				pl = p;
+		opus_seq_init(&seq);
+		for (int i = 0; i < g->n_tok[pl] && same; i++)
+		{
+			struct opus_batch_item it = {
+				.seq = &seq,.tokens = &g->tok[pl][i],.n_tokens = 1,
+				.logits = lg2[pl] + (size_t) i * hp->n_vocab
+			};
+
+			same = opus_forward(c, &it, 1, &err) == OPUS_OK;
+		}
+		opus_seq_release(c, &seq);
+		same = same && memcmp(lg[pl], lg2[pl], sizeof(float) * (size_t) g->n_tok[pl] * hp->n_vocab) == 0;
+		CHECK(same, "%s-%s: prompt %d one token per call == in one call, bit for bit", arch, type, pl);
 	}
 
 	/* the per-expert layout of the same weights */
