@@ -26,97 +26,115 @@
 
 #include "qtype.h"
 
-/* e^x for x <= 0 (inputs below -87.3 give 0), about 1 ulp (Cephes polynomial). */
+static inline __m256 expf_ggml(__m256 x);
+
+/* Keep v as computed: no fusing of the product that made it into a later add. */
 static inline __m256
-exp_nonpos(__m256 x)
+opaque(__m256 v)
 {
-	const __m256 lo = _mm256_set1_ps(-87.3f);
-	__m256		small = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
-	__m256		n,
-				r,
-				r2,
-				p;
-	__m256i		e;
-
-	x = _mm256_max_ps(x, lo);
-	n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
-						_MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-	r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
-	r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
-	r2 = _mm256_mul_ps(r, r);
-	p = _mm256_set1_ps(1.9875691500e-4f);
-	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
-	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
-	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
-	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
-	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
-	p = _mm256_fmadd_ps(p, r2, r);
-	p = _mm256_add_ps(p, _mm256_set1_ps(1.0f));
-	e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-	p = _mm256_mul_ps(p, _mm256_castsi256_ps(e));
-	return _mm256_andnot_ps(small, p);
+	__asm__("" : "+x"(v));
+	return v;
 }
 
+/*
+ * Sum of 16 values as ggml's AVX-512 reductions add, for 8 independent
+ * lanes: v[i] is a vector of value i of 8 sums.  (v_i + v_{i+8}), then
+ * (+ 4), then (0+2) and (1+3), then those two.
+ */
+static inline __m256
+reduce16_lanes(const __m256 *v)
+{
+	__m256		a[8],
+				b[4];
+
+	for (int i = 0; i < 8; i++)
+		a[i] = _mm256_add_ps(v[i], v[i + 8]);
+	for (int i = 0; i < 4; i++)
+		b[i] = _mm256_add_ps(a[i], a[i + 4]);
+	return _mm256_add_ps(_mm256_add_ps(b[0], b[2]), _mm256_add_ps(b[1], b[3]));
+}
+
+/* ggml_vec_dot_f16's end on 8 lanes: acc[j * 16 + l] -> (0+2) + (1+3) per l, reduced */
+static inline __m256
+tree64_lanes(const __m256 *acc)
+{
+	__m256		t[16];
+
+	for (int l = 0; l < 16; l++)
+		t[l] = _mm256_add_ps(_mm256_add_ps(acc[l], acc[32 + l]),
+							 _mm256_add_ps(acc[16 + l], acc[48 + l]));
+	return reduce16_lanes(t);
+}
+
+/* Sum of the 16 floats of lo (0-7) and hi (8-15) in ggml's AVX-512 order. */
 static inline float
-hsum_tree(__m256 v)
+reduce16(__m256 lo, __m256 hi)
 {
-	__m256		h = _mm256_hadd_ps(v, v);
+	__m256		a = _mm256_add_ps(lo, hi);
+	__m128		b = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
 
-	h = _mm256_hadd_ps(h, h);
-	return _mm_cvtss_f32(_mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1)));
+	b = _mm_add_ps(b, _mm_movehl_ps(b, b));
+	b = _mm_add_ss(b, _mm_movehdup_ps(b));
+	return _mm_cvtss_f32(b);
 }
 
-/* Softmax of s[0..n) in place (s has room up to n rounded up to 8). */
+/*
+ * Softmax of s[0..n) in place, then weights rounded to F16, as
+ * opus_fwd_attend_ref (s has room up to n rounded up to 16).
+ */
 static void
-softmax(float *s, int n)
+softmax_ggml(float *s, int n)
 {
-	int			n8 = (n + 7) / 8 * 8;
-	__m256		vmax = _mm256_set1_ps(-INFINITY);
-	__m256		vsum = _mm256_setzero_ps();
-	float		max,
+	float		max = -INFINITY,
 				inv;
+	double		sum = 0.0;
 
-	for (int p = n; p < n8; p++)
-		s[p] = -INFINITY;
-	for (int p = 0; p < n8; p += 8)
-		vmax = _mm256_max_ps(vmax, _mm256_loadu_ps(s + p));
+	for (int p = 0; p < n; p++)
+		max = s[p] > max ? s[p] : max;
+	for (int p0 = 0; p0 < n; p0 += 16)
 	{
-		__m128		m = _mm_max_ps(_mm256_castps256_ps128(vmax), _mm256_extractf128_ps(vmax, 1));
+		__m256		e[2];
+		float		tmp[16];
 
-		m = _mm_max_ps(m, _mm_movehl_ps(m, m));
-		m = _mm_max_ss(m, _mm_movehdup_ps(m));
-		max = _mm_cvtss_f32(m);
+		for (int k = 0; k < 2; k++)
+		{
+			__m256i		idx = _mm256_add_epi32(_mm256_set1_epi32(p0 + 8 * k),
+											   _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+			__m256		live = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(n), idx));
+
+			e[k] = _mm256_and_ps(live, expf_ggml(_mm256_sub_ps(_mm256_loadu_ps(s + p0 + 8 * k),
+															   _mm256_set1_ps(max))));
+		}
+		_mm256_storeu_ps(tmp, e[0]);
+		_mm256_storeu_ps(tmp + 8, e[1]);
+		memcpy(s + p0, tmp, sizeof(float) * (n - p0 < 16 ? n - p0 : 16));
+		sum += (double) reduce16(e[0], e[1]);
 	}
-	vmax = _mm256_set1_ps(max);
-	for (int p = 0; p < n8; p += 8)
+	inv = (float) (1.0 / sum);
+	for (int p = 0; p < n; p += 8)
 	{
-		__m256		e = exp_nonpos(_mm256_sub_ps(_mm256_loadu_ps(s + p), vmax));
+		__m256		w = _mm256_mul_ps(_mm256_loadu_ps(s + p), _mm256_set1_ps(inv));
 
-		_mm256_storeu_ps(s + p, e);
-		vsum = _mm256_add_ps(vsum, e);
-	}
-	inv = 1.0f / hsum_tree(vsum);
-	vmax = _mm256_set1_ps(inv);
-	for (int p = 0; p < n8; p += 8)
-	{
-		__m256		w = _mm256_mul_ps(_mm256_loadu_ps(s + p), vmax);
-
-		/* weights rounded to F16, as llama.cpp's F16 V product does */
-		w = _mm256_cvtph_ps(_mm256_cvtps_ph(w, _MM_FROUND_TO_NEAREST_INT));
-		_mm256_storeu_ps(s + p, w);
+		_mm256_storeu_ps(s + p, _mm256_cvtph_ps(_mm256_cvtps_ph(w, _MM_FROUND_TO_NEAREST_INT)));
 	}
 }
 
+/*
+ * Attention of NH query heads sharing a KV head, the arithmetic of
+ * opus_fwd_attend_ref (llama.cpp's for a one-token batch) on vectors of 8
+ * positions (scores) or 8 dimensions (output).
+ */
 static inline __attribute__((always_inline)) void
 attend_n(const int NH, const struct opus_attn_args *a)
 {
 	const int	hd = a->hd;
 	const int	n_kv = a->n_kv;
 	const int	bs = a->bs;
+	const int	np = hd & ~63;		/* dimensions in whole 64-wide steps */
 	const int	stride = (n_kv + 15) / 16 * 16;	/* per head in scores */
 	const __m256 scale = _mm256_set1_ps(a->scale);
 	float		qbuf[3 * 256];
-	const float *qr = qbuf;
+	__m256		acc[3][64];
 
 	/* queries rounded to F16, as llama.cpp's F16 K product does */
 	for (int i = 0; i < NH * hd; i += 8)
@@ -124,10 +142,10 @@ attend_n(const int NH, const struct opus_attn_args *a)
 																	 _MM_FROUND_TO_NEAREST_INT)));
 
 	/*
-	 * Scores, 16 positions of one block at a time.  Loads are always 16
-	 * slots wide; with blocks smaller than 16 (or the last, partial group)
-	 * the extra lanes read other cache data of the same block (K is
-	 * followed by V) and are dropped.
+	 * Scores, 8 positions of one block at a time.  Loads are 8 slots wide;
+	 * with blocks smaller than 8 (or the last, partial group) the extra
+	 * lanes read other cache data of the same block (K is followed by V)
+	 * and are dropped.
 	 */
 	for (int p0 = 0; p0 < n_kv; p0 += bs)
 	{
@@ -135,92 +153,83 @@ attend_n(const int NH, const struct opus_attn_args *a)
 												 (size_t) a->blocks[p0 / bs] * a->block_bytes + a->k_off);
 		int			cnt = n_kv - p0 < bs ? n_kv - p0 : bs;
 
-		for (int o = 0; o < cnt; o += 16)
+		for (int o = 0; o < cnt; o += 8)
 		{
-			__m256		acc[3][2][2];	/* [head][chain][half] */
-			int			m = cnt - o < 16 ? cnt - o : 16;
+			int			m = cnt - o < 8 ? cnt - o : 8;
 
-			_Pragma("GCC unroll 3")
-			for (int h = 0; h < NH; h++)
-				for (int c = 0; c < 2; c++)
-					acc[h][c][0] = acc[h][c][1] = _mm256_setzero_ps();
-			for (int d = 0; d < hd; d += 2)
+			for (int i = 0; i < 64; i++)
 			{
-				_Pragma("GCC unroll 2")
-				for (int c = 0; c < 2; c++)
+				_Pragma("GCC unroll 3")
+				for (int h = 0; h < NH; h++)
+					acc[h][i] = _mm256_setzero_ps();
+				for (int d = i; d < np; d += 64)
 				{
-					const uint16_t *kr = kb + (size_t) (d + c) * bs + o;
-					__m256		k0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *) kr));
-					__m256		k1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *) (kr + 8)));
+					__m256		kv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *) (kb + (size_t) d * bs + o)));
 
 					_Pragma("GCC unroll 3")
 					for (int h = 0; h < NH; h++)
-					{
-						__m256		qd = _mm256_broadcast_ss(qr + (size_t) h * hd + d + c);
-
-						acc[h][c][0] = _mm256_fmadd_ps(qd, k0, acc[h][c][0]);
-						acc[h][c][1] = _mm256_fmadd_ps(qd, k1, acc[h][c][1]);
-					}
+						acc[h][i] = _mm256_fmadd_ps(_mm256_broadcast_ss(qbuf + (size_t) h * hd + d), kv, acc[h][i]);
 				}
 			}
 			_Pragma("GCC unroll 3")
 			for (int h = 0; h < NH; h++)
 			{
 				float	   *sc = a->scores + (size_t) h * stride + p0 + o;
-				float		tmp[16];
+				float		tmp[8];
 
-				_mm256_storeu_ps(tmp, _mm256_mul_ps(_mm256_add_ps(acc[h][0][0], acc[h][1][0]), scale));
-				_mm256_storeu_ps(tmp + 8, _mm256_mul_ps(_mm256_add_ps(acc[h][0][1], acc[h][1][1]), scale));
+				_mm256_storeu_ps(tmp, tree64_lanes(acc[h]));
+				for (int j = 0; j < m; j++)
+				{
+					float		r = tmp[j];
+
+					if (np < hd)
+					{
+						/* a tail of hd % 64 products, added in double */
+						double		sd = (double) r;
+
+						for (int d = np; d < hd; d++)
+							sd += (double) (qbuf[(size_t) h * hd + d] *
+											opus_fp16_to_fp32(kb[(size_t) d * bs + o + j]));
+						r = (float) sd;
+					}
+					tmp[j] = r;
+				}
+				_mm256_storeu_ps(tmp, opaque(_mm256_mul_ps(_mm256_loadu_ps(tmp), scale)));
 				memcpy(sc, tmp, sizeof(float) * m);
 			}
 		}
 	}
 
 	for (int h = 0; h < NH; h++)
-		softmax(a->scores + (size_t) h * stride, n_kv);
+		softmax_ggml(a->scores + (size_t) h * stride, n_kv);
 
-	/* output, 16 dimensions at a time; positions alternate between two chains */
-	for (int d0 = 0; d0 < hd; d0 += 16)
+	/* output, 8 dimensions at a time: position p into accumulator p % 64 */
+	for (int d0 = 0; d0 < hd; d0 += 8)
 	{
-		__m256		acc[3][2][2];	/* [head][chain][half] */
-
 		_Pragma("GCC unroll 3")
 		for (int h = 0; h < NH; h++)
-			for (int c = 0; c < 2; c++)
-				acc[h][c][0] = acc[h][c][1] = _mm256_setzero_ps();
-		for (int p = 0; p < n_kv; p += 2)
+			for (int i = 0; i < 64; i++)
+				acc[h][i] = _mm256_setzero_ps();
+		for (int p0 = 0; p0 < n_kv; p0 += bs)
 		{
-			_Pragma("GCC unroll 2")
-			for (int c = 0; c < 2; c++)
-			{
-				const uint16_t *vr;
-				__m256		v0,
-							v1;
+			const uint16_t *vb = (const uint16_t *) (a->kv_mem +
+													 (size_t) a->blocks[p0 / bs] * a->block_bytes + a->v_off);
+			int			cnt = n_kv - p0 < bs ? n_kv - p0 : bs;
 
-				if (p + c >= n_kv)
-					break;
-				vr = (const uint16_t *) (a->kv_mem + (size_t) a->blocks[(p + c) / bs] * a->block_bytes +
-										 a->v_off) + (size_t) ((p + c) % bs) * hd + d0;
-				v0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *) vr));
-				v1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *) (vr + 8)));
+			for (int j = 0; j < cnt; j++)
+			{
+				int			p = p0 + j;
+				__m256		v = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *) (vb + (size_t) j * hd + d0)));
+
 				_Pragma("GCC unroll 3")
 				for (int h = 0; h < NH; h++)
-				{
-					__m256		w = _mm256_broadcast_ss(a->scores + (size_t) h * stride + p + c);
-
-					acc[h][c][0] = _mm256_fmadd_ps(w, v0, acc[h][c][0]);
-					acc[h][c][1] = _mm256_fmadd_ps(w, v1, acc[h][c][1]);
-				}
+					acc[h][p & 63] = _mm256_fmadd_ps(_mm256_broadcast_ss(a->scores + (size_t) h * stride + p),
+													 v, acc[h][p & 63]);
 			}
 		}
 		_Pragma("GCC unroll 3")
 		for (int h = 0; h < NH; h++)
-		{
-			float	   *o = a->out + (size_t) h * hd + d0;
-
-			_mm256_storeu_ps(o, _mm256_add_ps(acc[h][0][0], acc[h][1][0]));
-			_mm256_storeu_ps(o + 8, _mm256_add_ps(acc[h][0][1], acc[h][1][1]));
-		}
+			_mm256_storeu_ps(a->out + (size_t) h * hd + d0, tree64_lanes(acc[h]));
 	}
 }
 
@@ -251,4 +260,142 @@ opus_fwd_to_f16_avx2(uint16_t *dst, const float *src, int n)
 						 _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT));
 	for (; i < n; i++)
 		dst[i] = opus_fp32_to_fp16(src[i]);
+}
+
+/* ---- llama.cpp-compatible arithmetic (see forward_compat.c) ---- */
+
+
+/*
+ * opus_ggml_expf on 8 lanes: ggml's AVX-512 vector exp, whose final
+ * scaling by 2^n (vscalefps) is here a product with 2^n built from z's
+ * bits, exact for |n| <= 126; other lanes go to the scalar version.
+ */
+static inline __m256
+expf_ggml(__m256 x)
+{
+	const __m256 r = _mm256_set1_ps(0x1.8p23f);
+	__m256		z = _mm256_fmadd_ps(x, _mm256_set1_ps(0x1.715476p+0f), r);
+	__m256		n = _mm256_sub_ps(z, r);
+	__m256		b = _mm256_fnmadd_ps(n, _mm256_set1_ps(0x1.7f7d1cp-20f),
+									 _mm256_fnmadd_ps(n, _mm256_set1_ps(0x1.62e4p-1f), x));
+	__m256		u = _mm256_mul_ps(b, b);
+	__m256		j = _mm256_fmadd_ps(_mm256_fmadd_ps(_mm256_fmadd_ps(_mm256_set1_ps(0x1.0e4020p-7f), b,
+																	 _mm256_set1_ps(0x1.573e2ep-5f)), u,
+												 _mm256_fmadd_ps(_mm256_set1_ps(0x1.555e66p-3f), b,
+																 _mm256_set1_ps(0x1.fffdb6p-2f))),
+									u, _mm256_fmadd_ps(_mm256_set1_ps(0x1.ffffecp-1f), b, _mm256_set1_ps(1.0f)));
+	__m256		k = _mm256_castsi256_ps(_mm256_add_epi32(_mm256_slli_epi32(_mm256_castps_si256(z), 23),
+														 _mm256_castps_si256(_mm256_set1_ps(1.0f))));
+	__m256		res = opaque(_mm256_mul_ps(j, k));
+	/* |n| > 126, or NaN */
+	int			odd = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_andnot_ps(_mm256_set1_ps(-0.0f), n),
+													   _mm256_set1_ps(126.0f), _CMP_NLE_UQ));
+
+	if (odd)
+	{
+		float		xv[8],
+					rv[8];
+
+		_mm256_storeu_ps(xv, x);
+		_mm256_storeu_ps(rv, res);
+		for (int i = 0; i < 8; i++)
+			if (odd & (1 << i))
+				rv[i] = opus_ggml_expf(xv[i]);
+		res = _mm256_loadu_ps(rv);
+	}
+	return res;
+}
+
+void
+opus_fwd_swiglu_avx2(float *h, const float *g, const float *u, int64_t i0,
+					 int64_t i1, int64_t n)
+{
+	int64_t		nv = n & ~(int64_t) 15;
+	int64_t		i = i0;
+	int64_t		end = i1 < nv ? i1 : nv;
+
+	for (; i + 8 <= end; i += 8)
+	{
+		__m256		x = _mm256_loadu_ps(g + i);
+		__m256		e = expf_ggml(_mm256_sub_ps(_mm256_setzero_ps(), x));
+		__m256		y = _mm256_div_ps(x, _mm256_add_ps(_mm256_set1_ps(1.0f), e));
+
+		_mm256_storeu_ps(h + i, _mm256_mul_ps(y, _mm256_loadu_ps(u + i)));
+	}
+	if (i < i1)
+		opus_fwd_swiglu_ref(h, g, u, i, i1, n);
+}
+
+/* One 32-block of an activation row; returns the sum of the quants. */
+static inline int
+act_block_avx2(const float *x, int8_t *qs, float *pd)
+{
+	const __m256 sign = _mm256_set1_ps(-0.0f);
+	__m256		v[4],
+				m,
+				vid;
+	__m128		m4;
+	__m256i		iv[4],
+				p;
+	float		amax,
+				id;
+
+	for (int k = 0; k < 4; k++)
+		v[k] = _mm256_loadu_ps(x + 8 * k);
+	m = _mm256_max_ps(_mm256_max_ps(_mm256_andnot_ps(sign, v[0]), _mm256_andnot_ps(sign, v[1])),
+					  _mm256_max_ps(_mm256_andnot_ps(sign, v[2]), _mm256_andnot_ps(sign, v[3])));
+	m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+	m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+	m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+	amax = _mm_cvtss_f32(m4);
+	*pd = amax / 127.0f;
+	id = amax != 0.0f ? 127.0f / amax : 0.0f;
+	vid = _mm256_set1_ps(id);
+	for (int k = 0; k < 4; k++)
+		iv[k] = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(v[k], vid),
+												   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+	p = _mm256_packs_epi16(_mm256_packs_epi32(iv[0], iv[1]), _mm256_packs_epi32(iv[2], iv[3]));
+	p = _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+	_mm256_storeu_si256((__m256i *) qs, p);
+	{
+		__m256i		s = _mm256_add_epi32(_mm256_add_epi32(iv[0], iv[1]), _mm256_add_epi32(iv[2], iv[3]));
+		__m128i		s4 = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+
+		s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4E));
+		s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xB1));
+		return _mm_cvtsi128_si32(s4);
+	}
+}
+
+void
+opus_act_q8_0_avx2(const float *x, void *dst, int64_t n)
+{
+	uint8_t    *y = dst;
+
+	for (int64_t b = 0; b < n / 32; b++, y += 34)
+	{
+		float		d;
+		uint16_t	h;
+
+		(void) act_block_avx2(x + 32 * b, (int8_t *) (y + 2), &d);
+		h = opus_fp32_to_fp16(d);
+		memcpy(y, &h, 2);
+	}
+}
+
+void
+opus_act_q8_1_avx2(const float *x, void *dst, int64_t n)
+{
+	uint8_t    *y = dst;
+
+	for (int64_t b = 0; b < n / 32; b++, y += 36)
+	{
+		float		d;
+		int			sum = act_block_avx2(x + 32 * b, (int8_t *) (y + 4), &d);
+		uint16_t	h[2];
+
+		h[0] = opus_fp32_to_fp16(d);
+		h[1] = opus_fp32_to_fp16((float) sum * d);
+		memcpy(y, h, 4);
+	}
 }

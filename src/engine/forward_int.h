@@ -48,6 +48,35 @@ void		opus_fwd_attend_avx2(const struct opus_attn_args *a);
 void		opus_fwd_to_f16_avx2(uint16_t *dst, const float *src, int n);
 
 /*
+ * llama.cpp-compatible arithmetic (forward_compat.c: plain C; the _avx2
+ * versions give the same bits).  opus_fwd_attend_ref is the plain attention
+ * kernel (any head size and block size).  swiglu: h[i] = silu(g[i]) * u[i] for i in [i0, i1)
+ * of a row of n elements.
+ */
+typedef void (*opus_swiglu_fn) (float *h, const float *g, const float *u,
+								int64_t i0, int64_t i1, int64_t n);
+
+float		opus_ggml_expf(float x);
+void		opus_fwd_attend_ref(const struct opus_attn_args *a);
+void		opus_fwd_swiglu_ref(float *h, const float *g, const float *u,
+								int64_t i0, int64_t i1, int64_t n);
+void		opus_fwd_swiglu_avx2(float *h, const float *g, const float *u,
+								 int64_t i0, int64_t i1, int64_t n);
+
+/*
+ * Q8_0 / Q8_1 activation rows (n a multiple of 32) quantized as ggml's x86
+ * CPU backend does before a matrix product (its reference quantizer, which
+ * quantize.c reproduces for weights, differs in the last bit of the scale
+ * inverse and in how ties round).
+ */
+typedef void (*opus_act_quant_fn) (const float *x, void *dst, int64_t n);
+
+void		opus_act_q8_0_ref(const float *x, void *dst, int64_t n);
+void		opus_act_q8_1_ref(const float *x, void *dst, int64_t n);
+void		opus_act_q8_0_avx2(const float *x, void *dst, int64_t n);
+void		opus_act_q8_1_avx2(const float *x, void *dst, int64_t n);
+
+/*
  * Tiled matmul kernel (matmul_avx2.c), made for a group of C tokens (1..8):
  * out[r * 8 + c] = dot(weight row r, activation row c) for r < n_rows.
  * w: first weight row, w_stride bytes apart; x: the group's first quantized

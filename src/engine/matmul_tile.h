@@ -24,40 +24,46 @@
  */
 
 /*
- * Reduce C accumulators to one vector (lane c = canonical sum of acc[c]);
- * lanes >= C are garbage.
+ * Reduce C accumulators to one vector (lane c = the sum of acc[c]'s eight
+ * lanes); lanes >= C are garbage.  The additions reproduce, for every lane,
+ * the horizontal sum llama.cpp's x86 dot products end with (ggml's
+ * hsum_float_8): upper 128-bit half plus lower half, then lanes 0+2 and
+ * 1+3, then those two: ((a0+a4)+(a2+a6)) + ((a1+a5)+(a3+a7)).  Matching it
+ * makes each matmul output bit-identical to llama.cpp's CPU vec_dot, so the
+ * activations that get re-quantized to 8 bits round the same way.
  */
 static inline __attribute__((always_inline)) __m256
 MM_NAME(reduce) (const int C, const __m256 *acc)
 {
 	__m256		a[8];
-	__m256		h01,
-				h23,
-				h45,
-				h67,
-				lo,
-				hi;
+	__m256		p[4],
+				u[2],
+				h;
 
 	if (C == 1)
 	{
-		/* same additions as below for lane 0 */
-		__m256		h = _mm256_hadd_ps(acc[0], acc[0]);
+		__m128		b = _mm_add_ps(_mm256_extractf128_ps(acc[0], 1), _mm256_castps256_ps128(acc[0]));
 
-		h = _mm256_hadd_ps(h, h);
-		return _mm256_castps128_ps256(_mm_add_ps(_mm256_castps256_ps128(h),
-												 _mm256_extractf128_ps(h, 1)));
+		b = _mm_add_ps(b, _mm_movehl_ps(b, b));
+		b = _mm_add_ss(b, _mm_movehdup_ps(b));
+		return _mm256_castps128_ps256(b);
 	}
 	_Pragma("GCC unroll 8")
 	for (int c = 0; c < 8; c++)
 		a[c] = c < C ? acc[c] : _mm256_setzero_ps();
-	h01 = _mm256_hadd_ps(a[0], a[1]);
-	h23 = _mm256_hadd_ps(a[2], a[3]);
-	h45 = _mm256_hadd_ps(a[4], a[5]);
-	h67 = _mm256_hadd_ps(a[6], a[7]);
-	lo = _mm256_hadd_ps(h01, h23);	/* lanes 0-3: low halves of acc 0-3, 4-7: high halves */
-	hi = _mm256_hadd_ps(h45, h67);
-	return _mm256_add_ps(_mm256_permute2f128_ps(lo, hi, 0x20),
-						 _mm256_permute2f128_ps(lo, hi, 0x31));
+	/* p[j]: low 128 bits token 2j, high token 2j+1; lane i = a_i + a_{i+4} */
+	_Pragma("GCC unroll 4")
+	for (int j = 0; j < 4; j++)
+		p[j] = _mm256_add_ps(_mm256_permute2f128_ps(a[2 * j], a[2 * j + 1], 0x20),
+							 _mm256_permute2f128_ps(a[2 * j], a[2 * j + 1], 0x31));
+	/* u[k]: per 128 bits [b0+b2, b1+b3] of two tokens (4k+0|1 and 4k+2|3) */
+	_Pragma("GCC unroll 2")
+	for (int k = 0; k < 2; k++)
+		u[k] = _mm256_add_ps(_mm256_shuffle_ps(p[2 * k], p[2 * k + 1], 0x44),
+							 _mm256_shuffle_ps(p[2 * k], p[2 * k + 1], 0xEE));
+	/* lanes: tokens 0,2,4,6 | 1,3,5,7 */
+	h = _mm256_hadd_ps(u[0], u[1]);
+	return _mm256_permutevar8x32_ps(h, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
 }
 
 /* Store lanes 0..C-1 of v to out. */
