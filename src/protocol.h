@@ -50,7 +50,8 @@
 #include <string.h>
 
 #define OPUS_PROTO_MAGIC		0x5355504FU /* "OPUS" read as little-endian u32 */
-#define OPUS_PROTO_VERSION		2	/* 2: PROGRESS, prefix counters in STATS */
+#define OPUS_PROTO_VERSION		3	/* 2: PROGRESS, prefix counters in STATS;
+									 * 3: KV settings in HELLO, priority in SUBMIT */
 #define OPUS_PROTO_HEADER_SIZE	16
 #define OPUS_PROTO_MAX_PAYLOAD	(16U * 1024 * 1024)
 #define OPUS_PROTO_MAX_STOP		16	/* stop strings per request */
@@ -61,6 +62,12 @@
 #define OPUS_PROTO_NAME_LEN		128 /* model name buffer incl. NUL */
 #define OPUS_PROTO_SHORT_LEN	32	/* arch / type / device names incl. NUL */
 #define OPUS_PROTO_MAX_TOKENS	(1 << 20)	/* max_tokens upper bound */
+#define OPUS_PROTO_MAX_PRIORITY 1000	/* priority classes 0 (first) .. this */
+#define OPUS_PROTO_MAX_BLOCK_SIZE 4096	/* kv_block_size upper bound */
+
+/* KV cache element types (HELLO kv_cache_type). */
+#define OPUS_PROTO_KV_F16		0
+#define OPUS_PROTO_KV_Q8_0		1
 
 /* Engine status codes (must equal enum opus_status in src/engine/status.h). */
 #define OPUS_PROTO_ERR_OK			0
@@ -143,6 +150,9 @@ struct opus_proto_hello
 	int64_t		kv_cache_bytes; /* > 0 */
 	char		device[OPUS_PROTO_SHORT_LEN];	/* "cpu", ... */
 	char		model_path[OPUS_PROTO_PATH_LEN];
+	int32_t		kv_block_size;	/* token positions per KV block, 1..MAX_BLOCK_SIZE */
+	int32_t		max_batch_tokens;	/* tokens per batched step, >= 1 */
+	int32_t		kv_cache_type;	/* OPUS_PROTO_KV_* */
 };
 
 /* READY: the model the engine has loaded. */
@@ -185,6 +195,7 @@ struct opus_proto_params
 	float		frequency_penalty;	/* [-2, 2] */
 	float		repetition_penalty; /* (0, 10] */
 	uint64_t	seed;
+	int32_t		priority;		/* [0, OPUS_PROTO_MAX_PRIORITY]; 0 = first */
 };
 
 /* A byte string inside a payload buffer (not NUL-terminated). */
@@ -196,7 +207,8 @@ struct opus_proto_str
 
 /*
  * SUBMIT payload:
- *   u8 kind, u8 0, u16 n_stop, params (9 x 4-byte fields + u64 seed),
+ *   u8 kind, u8 0, u16 n_stop, params (8 x 4-byte fields, u64 seed,
+ *   i32 priority),
  *   n_stop x (u32 len, bytes), u32 n_items, u32 data_len, data.
  * data: GENERATE/TOKENIZE: the prompt bytes (n_items = 0);
  *       CHAT: n_items x (u8 role, u32 len, bytes);
@@ -270,12 +282,12 @@ struct opus_proto_progress
 	int32_t		kv_blocks;		/* KV blocks the request holds */
 };
 
-#define OPUS_PROTO_HELLO_SIZE	(4 + 4 + 4 + 4 + 8 + OPUS_PROTO_SHORT_LEN + OPUS_PROTO_PATH_LEN)
+#define OPUS_PROTO_HELLO_SIZE	(4 + 4 + 4 + 4 + 8 + OPUS_PROTO_SHORT_LEN + OPUS_PROTO_PATH_LEN + 3 * 4)
 #define OPUS_PROTO_READY_SIZE	(4 + 4 + 8 + 4 * 8 + 8 + OPUS_PROTO_NAME_LEN + 3 * OPUS_PROTO_SHORT_LEN)
 #define OPUS_PROTO_STATS_SIZE	(4 * 4 + 9 * 8)
 #define OPUS_PROTO_PROGRESS_SIZE (4 + 5 * 4)
 #define OPUS_PROTO_DONE_FIXED	(1 + 3 + 4 + 3 * 4 + 3 * 8 + 2)
-#define OPUS_PROTO_SUBMIT_FIXED (1 + 1 + 2 + 8 * 4 + 8)
+#define OPUS_PROTO_SUBMIT_FIXED (1 + 1 + 2 + 8 * 4 + 8 + 4)
 
 /* ---------------------------------------------------------------------
  * Little-endian primitives
@@ -628,6 +640,8 @@ opus_proto_check_params(const struct opus_proto_params *p)
 		return "presence_penalty";
 	if (!opus_proto_in_range(p->frequency_penalty, -2.0, 2.0))
 		return "frequency_penalty";
+	if (p->priority < 0 || p->priority > OPUS_PROTO_MAX_PRIORITY)
+		return "priority";
 	if (!isfinite(p->repetition_penalty) || !(p->repetition_penalty > 0.0f) ||
 		p->repetition_penalty > 10.0f)
 		return "repetition_penalty";
@@ -648,6 +662,9 @@ opus_proto_encode_hello(struct opus_proto_writer *w, const struct opus_proto_hel
 	opus_proto_w_u64(w, (uint64_t) m->kv_cache_bytes);
 	opus_proto_w_fixstr(w, m->device, sizeof(m->device));
 	opus_proto_w_fixstr(w, m->model_path, sizeof(m->model_path));
+	opus_proto_w_u32(w, (uint32_t) m->kv_block_size);
+	opus_proto_w_u32(w, (uint32_t) m->max_batch_tokens);
+	opus_proto_w_u32(w, (uint32_t) m->kv_cache_type);
 }
 
 static inline bool
@@ -682,6 +699,24 @@ opus_proto_parse_hello(const uint8_t *buf, size_t len,
 		!opus_proto_r_fixstr(&r, m->model_path, sizeof(m->model_path)) || r.bad)
 	{
 		*why = "HELLO has a malformed string field";
+		return false;
+	}
+	m->kv_block_size = (int32_t) opus_proto_r_u32(&r);
+	m->max_batch_tokens = (int32_t) opus_proto_r_u32(&r);
+	m->kv_cache_type = (int32_t) opus_proto_r_u32(&r);
+	if (r.bad || m->kv_block_size < 1 || m->kv_block_size > OPUS_PROTO_MAX_BLOCK_SIZE)
+	{
+		*why = "HELLO kv_block_size out of range";
+		return false;
+	}
+	if (m->max_batch_tokens < 1 || m->max_batch_tokens > (1 << 20))
+	{
+		*why = "HELLO max_batch_tokens out of range";
+		return false;
+	}
+	if (m->kv_cache_type != OPUS_PROTO_KV_F16 && m->kv_cache_type != OPUS_PROTO_KV_Q8_0)
+	{
+		*why = "HELLO kv_cache_type is unknown";
 		return false;
 	}
 	if (m->n_threads < 1 || m->n_threads > 1024)
@@ -869,6 +904,7 @@ opus_proto_encode_submit_head(struct opus_proto_writer *w, uint8_t kind,
 	opus_proto_w_f32(w, p->frequency_penalty);
 	opus_proto_w_f32(w, p->repetition_penalty);
 	opus_proto_w_u64(w, p->seed);
+	opus_proto_w_u32(w, (uint32_t) p->priority);
 	for (i = 0; i < n_stop; i++)
 	{
 		opus_proto_w_u32(w, stop[i].len);
@@ -939,6 +975,7 @@ opus_proto_parse_submit(const uint8_t *buf, size_t len,
 	m->params.frequency_penalty = opus_proto_r_f32(&r);
 	m->params.repetition_penalty = opus_proto_r_f32(&r);
 	m->params.seed = opus_proto_r_u64(&r);
+	m->params.priority = (int32_t) opus_proto_r_u32(&r);
 	if (r.bad)
 	{
 		*why = "SUBMIT is truncated";

@@ -52,11 +52,14 @@
  * pass is deterministic per row, a hit never changes the output.
  *
  * Priorities age: a queued request's effective class is its priority minus
- * one for every OPUS_SCHED_AGING_MS it has waited (not below 0), so a low
+ * one for every aging period it has waited (OPUS_SCHED_AGING_MS unless
+ * opus_sched_set_aging says otherwise; not below 0), so a low
  * class still progresses under a steady stream of higher ones.  The queue
  * is ordered by (effective class, arrival); a running request keeps the
- * class it was admitted with (preemption picks the highest number, then the
- * latest admitted).
+ * effective class it was admitted with.  A queued request preempts running
+ * ones only of a lower own class that were not promoted to its effective
+ * class (see may_preempt), so aging never causes preemption ping-pong and
+ * nobody is preempted within a class.
  *
  * Threading: not thread-safe; one thread calls everything.  The event
  * callback runs inside opus_sched_step and may call opus_sched_submit,
@@ -77,7 +80,6 @@
  */
 #include "model_int.h"
 
-#define OPUS_SCHED_AGING_MS 2000.0
 
 struct sched_req
 {
@@ -132,6 +134,7 @@ struct opus_sched
 	int32_t		max_batch;
 	int64_t		n_blocks;
 	uint64_t	root_hash;		/* parent hash of every first block */
+	double		aging_ms;		/* waiting time per class of promotion, 0 = off */
 	opus_event_fn cb;
 	void	   *user;
 
@@ -195,6 +198,7 @@ opus_sched_create(struct opus_ctx *ctx, opus_event_fn cb, void *user,
 	s->max_batch = ctx->params.max_batch_tokens;
 	s->n_blocks = ctx->params.n_blocks;
 	s->root_hash = opus_kv_hash_root(opus_model_identity(ctx->model), s->block_size);
+	s->aging_ms = OPUS_SCHED_AGING_MS;
 	s->cb = cb;
 	s->user = user;
 	s->cap_piece = 256;
@@ -415,6 +419,12 @@ opus_sched_cancel(struct opus_sched *s, uint64_t id)
 		return false;
 	r->cancelled = true;
 	return true;
+}
+
+void
+opus_sched_set_aging(struct opus_sched *s, double ms_per_class)
+{
+	s->aging_ms = ms_per_class > 0.0 ? ms_per_class : 0.0;
 }
 
 int
@@ -984,10 +994,12 @@ age_queue(struct opus_sched *s)
 	double		t = now_ms();
 	bool		changed = false;
 
+	if (s->aging_ms <= 0.0)
+		return;
 	for (int i = 0; i < s->n_queue; i++)
 	{
 		struct sched_req *r = s->queue[i];
-		double		steps = (t - r->t_submit) / OPUS_SCHED_AGING_MS;
+		double		steps = (t - r->t_submit) / s->aging_ms;
 		int32_t		eff = r->priority;
 
 		if (steps >= (double) eff)
@@ -1011,12 +1023,24 @@ age_queue(struct opus_sched *s)
 }
 
 /*
+ * Whether queued request h may preempt running request r to be admitted:
+ * r's own class is lower (a larger number) and it was not promoted by
+ * aging to h's effective class or above.  Within a class nobody is
+ * preempted for anybody (first come, first served).
+ */
+static bool
+may_preempt(const struct sched_req *h, const struct sched_req *r)
+{
+	return !r->finished && r->priority > h->priority && r->eff_priority > h->eff_priority;
+}
+
+/*
  * Blocks preempting every running request of a lower class than prio would
  * give back (what they hold plus what was promised to them), and whether
  * there is any.
  */
 static int64_t
-lower_class_blocks(const struct opus_sched *s, int32_t prio, bool *any)
+lower_class_blocks(const struct opus_sched *s, const struct sched_req *h, bool *any)
 {
 	int64_t		n = 0;
 
@@ -1026,7 +1050,7 @@ lower_class_blocks(const struct opus_sched *s, int32_t prio, bool *any)
 		const struct sched_req *r = s->run[i];
 		int64_t		want = blocks_for(s, r->n_tokens);
 
-		if (r->eff_priority <= prio)
+		if (!may_preempt(h, r))
 			continue;
 		*any = true;
 		n += want > r->seq.n_blocks ? want : r->seq.n_blocks;
@@ -1034,7 +1058,7 @@ lower_class_blocks(const struct opus_sched *s, int32_t prio, bool *any)
 	return n;
 }
 
-static bool preempt_one(struct opus_sched *s);
+static bool preempt_one(struct opus_sched *s, const struct sched_req *h);
 
 /*
  * Admit from the head of the queue while the pool allows.  A head that does
@@ -1061,10 +1085,10 @@ admit(struct opus_sched *s)
 			sched_admit(s, m);
 			continue;
 		}
-		if (lower_class_blocks(s, h->eff_priority, &any) + avail < need || !any)
+		if (lower_class_blocks(s, h, &any) + avail < need || !any)
 			break;
 		/* the victim (lowest class, latest admitted) is of a lower class */
-		if (!preempt_one(s))
+		if (!preempt_one(s, h))
 			break;
 		avail = opus_ctx_free_blocks(s->ctx) - blocks_promised(s);
 	}
@@ -1141,12 +1165,13 @@ assign_logits(struct opus_sched *s, int n_items, int rows)
 }
 
 /*
- * Preempt the most recently admitted running request of the lowest priority
- * (largest number): release its blocks and requeue it for recomputation.
- * False if nothing is running.
+ * Preempt the most recently admitted running request of the lowest
+ * effective class (largest number), among those h may preempt (any, when h
+ * is NULL): release its blocks and requeue it for recomputation.  False if
+ * there is none.
  */
 static bool
-preempt_one(struct opus_sched *s)
+preempt_one(struct opus_sched *s, const struct sched_req *h)
 {
 	int			v = -1;
 
@@ -1154,7 +1179,7 @@ preempt_one(struct opus_sched *s)
 	{
 		struct sched_req *r = s->run[i];
 
-		if (r->finished)
+		if (r->finished || (h && !may_preempt(h, r)))
 			continue;
 		if (v < 0 || r->eff_priority > s->run[v]->eff_priority ||
 			(r->eff_priority == s->run[v]->eff_priority && r->admitted > s->run[v]->admitted))
@@ -1207,7 +1232,7 @@ opus_sched_step(struct opus_sched *s, struct opus_error *err)
 		if (st != OPUS_ERR_CAPACITY)
 			break;
 		/* the pool ran out: preempt, unless a single sequence is left */
-		if (s->n_run <= 1 || !preempt_one(s))
+		if (s->n_run <= 1 || !preempt_one(s, NULL))
 			break;
 	}
 	if (st != OPUS_OK)

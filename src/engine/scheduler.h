@@ -23,6 +23,7 @@
 
 #define OPUS_MAX_STOP 16		/* stop strings per request */
 #define OPUS_MAX_STOP_LEN 256	/* bytes per stop string */
+#define OPUS_SCHED_AGING_MS 2000.0	/* default: a waiting request moves up one class per 2 s */
 
 enum opus_finish
 {
@@ -98,6 +99,13 @@ bool		opus_sched_cancel(struct opus_sched *s, uint64_t id);
  * itself is unusable.
  */
 enum opus_status opus_sched_step(struct opus_sched *s, struct opus_error *err);
+
+/*
+ * Priority aging: a queued request's effective class drops by one for every
+ * ms_per_class milliseconds it has waited (0 turns aging off).  Default
+ * OPUS_SCHED_AGING_MS.
+ */
+void		opus_sched_set_aging(struct opus_sched *s, double ms_per_class);
 
 /* Requests queued or running. */
 int			opus_sched_n_active(const struct opus_sched *s);

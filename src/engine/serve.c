@@ -17,6 +17,12 @@
  *   - flush the output buffer, plus a STATS frame when the request counts
  *     moved or, while busy, every SERVE_STATS_INTERVAL_MS.
  *
+ * KV cache: `--kv-fd M` names a shared-memory file (memfd) the supervisor
+ * created and sized from opus.kv_cache_size; the engine maps it and places
+ * the KV block pool there.  Without it, or if it cannot be mapped, the pool
+ * is engine-private memory (said once on stderr).  Block size and the
+ * per-step token budget come in HELLO.
+ *
  * EOF on the socket means the supervisor is gone or wants us gone: exit 0.
  * The supervisor is not trusted: a frame that does not parse, a frame type
  * the engine does not accept or a duplicate request id is a protocol error,
@@ -35,7 +41,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -61,8 +69,6 @@ _Static_assert(OPUS_PROTO_MAX_STOP <= OPUS_MAX_STOP &&
 			   "protocol stop limits must fit the scheduler's");
 
 #define SERVE_EXIT_PROTOCOL 3
-#define SERVE_BLOCK_SIZE 16
-#define SERVE_MAX_BATCH_TOKENS 512
 #define SERVE_STATS_INTERVAL_MS 250.0
 
 /* Growable byte buffer. */
@@ -76,6 +82,9 @@ struct serve_buf
 struct serve
 {
 	int			fd;
+	int			kv_fd;			/* shared-memory KV arena, or -1 */
+	void	   *kv_map;			/* its mapping, or NULL */
+	size_t		kv_map_len;
 	struct opus_model *model;
 	struct opus_ctx *ctx;
 	struct opus_sched *sched;
@@ -601,7 +610,7 @@ handle_generate(struct serve *s, uint64_t id, const struct opus_proto_submit *m)
 	gp.sampling.repetition_penalty = m->params.repetition_penalty;
 	gp.sampling.seed = m->params.seed;
 	gp.max_tokens = m->params.max_tokens;
-	gp.priority = 0;
+	gp.priority = m->params.priority;
 	gp.n_stop = m->n_stop;
 	for (int i = 0; i < m->n_stop; i++)
 	{
@@ -822,6 +831,41 @@ send_fatal(struct serve *s, const struct opus_error *err)
 	(void) flush_out(s);
 }
 
+/*
+ * Map the supervisor's KV arena (if any) and point cp at it when it holds
+ * the pool; otherwise the context allocates private memory.
+ */
+static void
+map_kv_arena(struct serve *s, struct opus_ctx_params *cp)
+{
+	struct stat st;
+	size_t		need = opus_ctx_kv_bytes(s->model, cp);
+	void	   *p;
+
+	if (s->kv_fd < 0)
+	{
+		fprintf(stderr, "opus_engine serve: no shared KV arena; using private memory\n");
+		return;
+	}
+	if (fstat(s->kv_fd, &st) != 0 || st.st_size <= 0 || (uint64_t) st.st_size < need)
+	{
+		fprintf(stderr, "opus_engine serve: KV arena (fd %d) is missing or smaller than %zu bytes; using private memory\n",
+				s->kv_fd, need);
+		return;
+	}
+	p = mmap(NULL, (size_t) st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, s->kv_fd, 0);
+	if (p == MAP_FAILED)
+	{
+		fprintf(stderr, "opus_engine serve: cannot map the KV arena: %s; using private memory\n",
+				strerror(errno));
+		return;
+	}
+	s->kv_map = p;
+	s->kv_map_len = (size_t) st.st_size;
+	cp->kv_memory = p;
+	cp->kv_memory_size = (size_t) st.st_size;
+}
+
 /* Load the model and build the run state as HELLO asks. */
 static enum opus_status
 serve_start(struct serve *s, const struct opus_proto_hello *hello,
@@ -849,8 +893,8 @@ serve_start(struct serve *s, const struct opus_proto_hello *hello,
 
 	memset(&cp, 0, sizeof(cp));
 	cp.n_threads = hello->n_threads;
-	cp.block_size = SERVE_BLOCK_SIZE;
-	cp.max_batch_tokens = SERVE_MAX_BATCH_TOKENS;
+	cp.block_size = hello->kv_block_size;
+	cp.max_batch_tokens = hello->max_batch_tokens;
 	cp.n_ctx = hello->n_ctx > 0 && hello->n_ctx < hp->n_ctx_train ? hello->n_ctx : hp->n_ctx_train;
 	if (cp.n_ctx <= 0)
 		cp.n_ctx = 2048;
@@ -865,7 +909,11 @@ serve_start(struct serve *s, const struct opus_proto_hello *hello,
 	if (cp.n_blocks < 2)
 		return opus_error_set(err, OPUS_ERR_NOMEM,
 							  "opus.kv_cache_size (%" PRId64 " bytes) is too small: one KV block of %d tokens needs %zu bytes",
-							  hello->kv_cache_bytes, SERVE_BLOCK_SIZE, per_block);
+							  hello->kv_cache_bytes, cp.block_size, per_block);
+	if (hello->kv_cache_type != OPUS_PROTO_KV_F16)
+		return opus_error_set(err, OPUS_ERR_UNSUPPORTED,
+							  "this engine build keeps the KV cache in f16 only");
+	map_kv_arena(s, &cp);
 	st = opus_ctx_create(s->model, &cp, &s->ctx, err);
 	if (st != OPUS_OK)
 		return st;
@@ -891,7 +939,7 @@ serve_start(struct serve *s, const struct opus_proto_hello *hello,
 	ready->n_head = hp->n_head;
 	ready->n_head_kv = hp->n_head_kv;
 	ready->pid = (int32_t) getpid();
-	ready->kv_tokens = cp.n_blocks * SERVE_BLOCK_SIZE;
+	ready->kv_tokens = cp.n_blocks * cp.block_size;
 	snprintf(ready->name, sizeof(ready->name), "%s", hp->name);
 	snprintf(ready->arch, sizeof(ready->arch), "%s", hp->arch_name);
 	qi = opus_qtype_info((uint32_t) hp->main_type);
@@ -908,6 +956,8 @@ serve_free(struct serve *s)
 		opus_sched_free(s->sched);
 	if (s->ctx)
 		opus_ctx_free(s->ctx);
+	if (s->kv_map)
+		(void) munmap(s->kv_map, s->kv_map_len);
 	if (s->model)
 		opus_model_free(s->model);
 	free(s->in.data);
@@ -981,24 +1031,30 @@ opus_cli_serve(int argc, char **argv)
 	struct opus_error err = {0};
 	const char *why = NULL;
 	int			fd = -1;
+	int			kv_fd = -1;
 	int			rc;
 
 	for (int i = 1; i < argc; i++)
 	{
-		if (strcmp(argv[i], "--fd") == 0 && i + 1 < argc)
+		if ((strcmp(argv[i], "--fd") == 0 || strcmp(argv[i], "--kv-fd") == 0) &&
+			i + 1 < argc)
 		{
 			char	   *end;
+			bool		is_kv = argv[i][2] == 'k';
 			long		v = strtol(argv[++i], &end, 10);
 
 			if (*end != '\0' || v < 0 || v > 65535)
-				fd = -1;
+				v = -1;
+			if (is_kv)
+				kv_fd = (int) v;
 			else
 				fd = (int) v;
 		}
 		else if (strcmp(argv[i], "--help") == 0)
 		{
-			printf("usage: opus_engine serve --fd N\n"
-				   "Serves the opus_pg supervisor over the connected socket N (src/protocol.h).\n");
+			printf("usage: opus_engine serve --fd N [--kv-fd M]\n"
+				   "Serves the opus_pg supervisor over the connected socket N (src/protocol.h),\n"
+				   "with the KV cache in the shared-memory file M when given.\n");
 			return 0;
 		}
 		else
@@ -1016,6 +1072,7 @@ opus_cli_serve(int argc, char **argv)
 
 	memset(&s, 0, sizeof(s));
 	s.fd = fd;
+	s.kv_fd = kv_fd >= 0 && fcntl(kv_fd, F_GETFD) >= 0 ? kv_fd : -1;
 	if (!read_frame_blocking(&s, &h))
 	{
 		serve_free(&s);

@@ -12,7 +12,9 @@
  */
 #include "postgres.h"
 
+#include <errno.h>
 #include <limits.h>
+#include <stdlib.h>
 
 #include "fmgr.h"
 #include "miscadmin.h"
@@ -35,6 +37,10 @@ int			opus_request_timeout_ms = 0;
 int			opus_max_prompt_bytes = 256 * 1024;
 int			opus_request_buffer_kb = 512;
 char	   *opus_engine_path = NULL;
+int			opus_kv_block_size = 16;
+int			opus_max_batch_tokens = 512;
+char	   *opus_priority = NULL;
+int			opus_priority_value = 0;
 
 bool		opus_pg_preloaded = false;
 
@@ -93,6 +99,48 @@ check_opus_model(char **newval, void **extra, GucSource source)
 	return true;
 }
 
+/*
+ * opus.priority: "interactive" (0), "batch" (10) or an integer class 0..1000;
+ * smaller classes are scheduled first.
+ */
+static bool
+check_opus_priority(char **newval, void **extra, GucSource source)
+{
+	const char *v = *newval;
+	long		n;
+	int		   *out;
+
+	if (pg_strcasecmp(v, "interactive") == 0)
+		n = OPUS_PRIORITY_INTERACTIVE;
+	else if (pg_strcasecmp(v, "batch") == 0)
+		n = OPUS_PRIORITY_BATCH;
+	else
+	{
+		char	   *end;
+
+		errno = 0;
+		n = strtol(v, &end, 10);
+		if (v[0] == '\0' || *end != '\0' || errno != 0 || n < 0 || n > OPUS_PROTO_MAX_PRIORITY)
+		{
+			GUC_check_errdetail("opus.priority must be \"interactive\", \"batch\" or an integer from 0 (first) to %d.",
+								OPUS_PROTO_MAX_PRIORITY);
+			return false;
+		}
+	}
+	out = malloc(sizeof(int));
+	if (!out)
+		return false;
+	*out = (int) n;
+	*extra = out;
+	return true;
+}
+
+static void
+assign_opus_priority(const char *newval, void *extra)
+{
+	opus_priority_value = *(int *) extra;
+}
+
 static void
 opus_define_settings(void)
 {
@@ -145,6 +193,15 @@ opus_define_settings(void)
 							PGC_USERSET,
 							GUC_UNIT_BYTE,
 							NULL, NULL, NULL);
+	DefineCustomStringVariable("opus.priority",
+							   "Scheduling class of this session's requests: interactive, batch or 0..1000.",
+							   "Smaller classes go first (interactive = 0, batch = 10); a waiting request "
+							   "moves up one class every 2 seconds, so every class progresses.",
+							   &opus_priority,
+							   "interactive",
+							   PGC_USERSET,
+							   0,
+							   check_opus_priority, assign_opus_priority, NULL);
 	OpusDefineAsyncSettings();
 	/*
 	 * Settings that size shared memory or name the engine only exist when
@@ -167,6 +224,22 @@ opus_define_settings(void)
 								64, 1, INT_MAX / 2,
 								PGC_POSTMASTER,
 								GUC_UNIT_MB,
+								NULL, NULL, NULL);
+		DefineCustomIntVariable("opus.kv_block_size",
+								"Token positions per KV cache block (the unit of paging and prefix sharing).",
+								NULL,
+								&opus_kv_block_size,
+								16, 1, 1024,
+								PGC_POSTMASTER,
+								0,
+								NULL, NULL, NULL);
+		DefineCustomIntVariable("opus.max_batch_tokens",
+								"Most tokens the engine puts through the model in one batched step.",
+								"Bounds how much prompt is read per step while others are generating.",
+								&opus_max_batch_tokens,
+								512, 16, 65536,
+								PGC_POSTMASTER,
+								0,
 								NULL, NULL, NULL);
 		DefineCustomIntVariable("opus.request_buffer_size",
 								"Shared-memory buffer per request slot, holding the prompt and then the result.",

@@ -32,6 +32,13 @@ extern int	opus_request_timeout_ms;
 extern int	opus_max_prompt_bytes;
 extern int	opus_request_buffer_kb;
 extern char *opus_engine_path;
+extern int	opus_kv_block_size;
+extern int	opus_max_batch_tokens;
+extern char *opus_priority;
+extern int	opus_priority_value;	/* opus.priority as a class number */
+
+#define OPUS_PRIORITY_INTERACTIVE	0
+#define OPUS_PRIORITY_BATCH			10
 
 /* True when loaded through shared_preload_libraries (shared memory exists). */
 extern bool opus_pg_preloaded;

@@ -120,11 +120,15 @@ data_size(const OpusRequest *req)
 static uint32
 encode_request(const OpusRequest *req, char *buf, Size cap)
 {
+	struct opus_proto_params params;
 	struct opus_proto_writer w;
 	int			i;
 
+	/* the session's scheduling class (opus.priority) at submission */
+	params = req->params;
+	params.priority = opus_priority_value;
 	opus_proto_writer_init(&w, buf, cap);
-	opus_proto_encode_submit_head(&w, req->kind, &req->params, req->n_stop, req->stop);
+	opus_proto_encode_submit_head(&w, req->kind, &params, req->n_stop, req->stop);
 	opus_proto_encode_submit_data_head(&w, req->kind == OPUS_KIND_CHAT ? (uint32) req->n_messages :
 									   req->kind == OPUS_KIND_DETOKENIZE ? (uint32) req->n_tokens : 0,
 									   (uint32) data_size(req));

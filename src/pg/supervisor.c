@@ -12,6 +12,12 @@
  * reason, and the start is retried on the same backoff, so a broken model
  * never makes a restart storm.
  *
+ * The KV cache lives in a shared-memory arena of its own (a memfd sized
+ * from opus.kv_cache_size, never PostgreSQL's shared memory), created here
+ * once and handed to every engine as fd 4 (`--kv-fd 4`); the engine maps
+ * it and places its KV block pool there.  If the arena cannot be created
+ * the engine runs with private memory (logged once).
+ *
  * The engine process never touches PostgreSQL shared memory: the child
  * execs immediately after fork, doing only async-signal-safe system calls
  * in between (fd set-up, setpgid, PR_SET_PDEATHSIG, signal reset).
@@ -32,6 +38,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -58,6 +65,7 @@
 #define BACKOFF_MAX_MS		30000
 #define HEALTHY_AFTER_MS	30000
 #define ENGINE_FD			3
+#define KV_ARENA_FD			4
 
 /* The engine process as the supervisor sees it. */
 typedef struct EngineProc
@@ -93,6 +101,8 @@ static char last_logged[OPUS_PROTO_MSG_LEN];
 static WaitEventSet *wes = NULL;
 static int	wes_sock_pos = -1;
 static bool wes_wants_write = false;
+static int	kv_arena_fd = -1;	/* the shared KV arena, -1 = none */
+static bool kv_arena_tried = false;
 
 /* applied configuration, to notice changes at reload */
 static char applied_model[OPUS_PROTO_PATH_LEN];
@@ -363,9 +373,9 @@ flush_output(void)
  * until the handlers are reset, so no PostgreSQL code runs in the child.
  */
 static pid_t
-spawn_engine(const char *path, int child_sock)
+spawn_engine(const char *path, int child_sock, int kv_fd)
 {
-	char	   *argv[5];
+	char	   *argv[7];
 	sigset_t	all,
 				old;
 	pid_t		parent = getpid();
@@ -375,7 +385,9 @@ spawn_engine(const char *path, int child_sock)
 	argv[1] = "serve";
 	argv[2] = "--fd";
 	argv[3] = "3";
-	argv[4] = NULL;
+	argv[4] = kv_fd >= 0 ? "--kv-fd" : NULL;
+	argv[5] = "4";
+	argv[6] = NULL;
 
 	fflush(NULL);
 	sigfillset(&all);
@@ -387,6 +399,15 @@ spawn_engine(const char *path, int child_sock)
 		int			sig;
 		int			fd;
 
+		/* move both fds out of the way of 3 and 4 first */
+		if (kv_fd >= 0 && kv_fd <= KV_ARENA_FD &&
+			(kv_fd = fcntl(kv_fd, F_DUPFD, KV_ARENA_FD + 1)) < 0)
+			_exit(126);
+		if (child_sock == KV_ARENA_FD &&
+			(child_sock = fcntl(child_sock, F_DUPFD, KV_ARENA_FD + 1)) < 0)
+			_exit(126);
+		if (kv_fd >= 0 && dup2(kv_fd, KV_ARENA_FD) < 0)
+			_exit(126);
 		if (child_sock == ENGINE_FD)
 		{
 			if (fcntl(ENGINE_FD, F_SETFD, 0) < 0)
@@ -395,14 +416,16 @@ spawn_engine(const char *path, int child_sock)
 		else if (dup2(child_sock, ENGINE_FD) < 0)
 			_exit(126);
 #ifdef SYS_close_range
-		if (syscall(SYS_close_range, ENGINE_FD + 1, ~0U, 0) < 0)
+		if (syscall(SYS_close_range, KV_ARENA_FD + 1, ~0U, 0) < 0)
 #endif
 		{
 			long		maxfd = sysconf(_SC_OPEN_MAX);
 
-			for (fd = ENGINE_FD + 1; fd < (maxfd > 0 ? maxfd : 1024); fd++)
+			for (fd = KV_ARENA_FD + 1; fd < (maxfd > 0 ? maxfd : 1024); fd++)
 				(void) close(fd);
 		}
+		if (kv_fd < 0)
+			(void) close(KV_ARENA_FD);
 		fd = open("/dev/null", O_RDONLY);
 		if (fd >= 0 && fd != 0)
 		{
@@ -567,6 +590,45 @@ engine_lost(bool kill_now, const char *reason)
 	schedule_restart();
 }
 
+/*
+ * Create the shared KV arena once: an anonymous memory file of
+ * opus.kv_cache_size bytes, allocated up front so that a machine without
+ * the memory says so here.  On failure the engine uses private memory.
+ */
+static void
+ensure_kv_arena(void)
+{
+	off_t		size = (off_t) opus_kv_cache_size_mb * 1024 * 1024;
+	int			fd;
+	int			rc;
+
+	if (kv_arena_fd >= 0 || kv_arena_tried)
+		return;
+	kv_arena_tried = true;
+	fd = memfd_create("opus_pg kv cache", MFD_CLOEXEC);
+	if (fd < 0)
+	{
+		ereport(LOG,
+				(errmsg("opus_pg: could not create the shared KV cache arena: %m"),
+				 errdetail("The engine keeps its KV cache in private memory.")));
+		return;
+	}
+	if (ftruncate(fd, size) != 0)
+		rc = errno;
+	else
+		rc = posix_fallocate(fd, 0, size);
+	if (rc != 0)
+	{
+		close(fd);
+		ereport(LOG,
+				(errmsg("opus_pg: could not allocate a shared KV cache arena of %lld bytes: %s",
+						(long long) size, strerror(rc)),
+				 errdetail("The engine keeps its KV cache in private memory.")));
+		return;
+	}
+	kv_arena_fd = fd;
+}
+
 /* Start the engine if it is time.  Failures to start are FAILED states. */
 static void
 maybe_start_engine(void)
@@ -625,7 +687,8 @@ maybe_start_engine(void)
 		schedule_restart();
 		return;
 	}
-	eng.pid = spawn_engine(engine_path, sv[1]);
+	ensure_kv_arena();
+	eng.pid = spawn_engine(engine_path, sv[1], kv_arena_fd);
 	close(sv[1]);
 	if (eng.pid < 0)
 	{
@@ -660,6 +723,9 @@ maybe_start_engine(void)
 	hello.n_threads = nthreads;
 	hello.n_ctx = 0;
 	hello.kv_cache_bytes = (int64) opus_kv_cache_size_mb * 1024 * 1024;
+	hello.kv_block_size = opus_kv_block_size;
+	hello.max_batch_tokens = opus_max_batch_tokens;
+	hello.kv_cache_type = OPUS_PROTO_KV_F16;
 	/* "auto" means the best device this engine has: cpu for now. */
 	strlcpy(hello.device, strcmp(opus_device, "auto") == 0 ? "cpu" : opus_device,
 			sizeof(hello.device));

@@ -28,6 +28,7 @@ default_params(void)
 	p.frequency_penalty = -0.5f;
 	p.repetition_penalty = 1.1f;
 	p.seed = 0x0123456789abcdefULL;
+	p.priority = 10;
 	return p;
 }
 
@@ -91,6 +92,9 @@ test_hello_ready(void)
 	h.kv_cache_bytes = 64 << 20;
 	strcpy(h.device, "cpu");
 	strcpy(h.model_path, "/models/x.gguf");
+	h.kv_block_size = 16;
+	h.max_batch_tokens = 512;
+	h.kv_cache_type = OPUS_PROTO_KV_Q8_0;
 	opus_proto_writer_init(&w, buf, sizeof(buf));
 	opus_proto_encode_hello(&w, &h);
 	CHECK(!w.overflow && w.len == OPUS_PROTO_HELLO_SIZE, "HELLO size %zu", w.len);
@@ -117,6 +121,21 @@ test_hello_ready(void)
 	opus_proto_writer_init(&w, buf, sizeof(buf));
 	opus_proto_encode_hello(&w, &h);
 	CHECK(!opus_proto_parse_hello(buf, w.len, &h2, &why), "n_threads 0 rejected");
+	h.n_threads = 4;
+	h.kv_block_size = 0;
+	opus_proto_writer_init(&w, buf, sizeof(buf));
+	opus_proto_encode_hello(&w, &h);
+	CHECK(!opus_proto_parse_hello(buf, w.len, &h2, &why), "kv_block_size 0 rejected");
+	h.kv_block_size = 16;
+	h.max_batch_tokens = 0;
+	opus_proto_writer_init(&w, buf, sizeof(buf));
+	opus_proto_encode_hello(&w, &h);
+	CHECK(!opus_proto_parse_hello(buf, w.len, &h2, &why), "max_batch_tokens 0 rejected");
+	h.max_batch_tokens = 512;
+	h.kv_cache_type = 7;
+	opus_proto_writer_init(&w, buf, sizeof(buf));
+	opus_proto_encode_hello(&w, &h);
+	CHECK(!opus_proto_parse_hello(buf, w.len, &h2, &why), "unknown kv_cache_type rejected");
 
 	memset(&r, 0, sizeof(r));
 	r.magic = OPUS_PROTO_MAGIC;
@@ -182,6 +201,7 @@ test_submit(void)
 	CHECK(parse_submit_copy(buf, w.len, &m, &why), "GENERATE parses");
 	CHECK(m.kind == OPUS_KIND_GENERATE && m.data_len == 5 && memcmp(m.data, "hello", 5) == 0 &&
 		  m.params.max_tokens == 16 && m.params.top_k == 40 && m.params.seed == p.seed &&
+		  m.params.priority == 10 &&
 		  m.params.temperature == p.temperature && m.params.repetition_penalty == p.repetition_penalty,
 		  "GENERATE fields round-trip");
 	for (size_t n = 0; n < w.len; n++)
@@ -232,10 +252,10 @@ test_submit(void)
 
 	/* out-of-range parameters are rejected by the parser too */
 	{
-		struct opus_proto_params bad[8];
+		struct opus_proto_params bad[10];
 		int			nb = 0;
 
-		for (int i = 0; i < 8; i++)
+		for (int i = 0; i < 10; i++)
 			bad[i] = default_params();
 		bad[nb++].max_tokens = 0;
 		bad[nb++].temperature = -1.0f;
@@ -245,6 +265,8 @@ test_submit(void)
 		bad[nb++].min_p = 1.5f;
 		bad[nb++].repetition_penalty = INFINITY;
 		bad[nb++].presence_penalty = 3.0f;
+		bad[nb++].priority = -1;
+		bad[nb++].priority = OPUS_PROTO_MAX_PRIORITY + 1;
 		for (int i = 0; i < nb; i++)
 		{
 			len = encode_chat(buf, sizeof(buf), &bad[i]);

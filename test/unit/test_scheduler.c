@@ -3,12 +3,16 @@
  * ($OPUS_MODEL; the model tests are skipped without it): batching does not
  * change a request's output (greedy and seeded), preemption on a tiny KV
  * pool, cancellation, stop strings (also across token boundaries),
- * max_tokens, priorities, and submit-time rejections.
+ * max_tokens, priorities (and their aging), submit-time rejections, and the
+ * prefix cache: hits change no output (greedy and seeded, alone, rerun,
+ * staggered), are counted in tokens, and survive LRU eviction.
  */
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
+#include <time.h>
 
+#include "model_int.h"
 #include "scheduler.h"
 #include "unit.h"
 
@@ -677,6 +681,7 @@ test_priority(void)
 		return;
 	nt = encode("Hello there, my friend, how", toks, 64);
 	CHECK(opus_sched_create(c, on_event, col, &s, &err) == OPUS_OK, "create");
+	opus_sched_set_aging(s, 0.0);	/* strict classes, however slow the run */
 	for (int i = 0; i < 4; i++)
 	{
 		/* ids 10 (prio 1), 11 (prio 1), 12 (prio 0), 13 (prio 0) */
@@ -713,6 +718,7 @@ test_priority(void)
 		{
 			col = calloc(1, sizeof(*col));
 			CHECK(opus_sched_create(c, on_event, col, &s, &err) == OPUS_OK, "create");
+			opus_sched_set_aging(s, 0.0);
 			CHECK(opus_sched_submit(s, 20, toks, nt, &bg, &err) == OPUS_OK, "submit bg");
 			if (round == 1)
 			{
@@ -828,6 +834,260 @@ test_rejections(void)
 	free(col);
 }
 
+/* ---- prefix cache ---- */
+
+static const char *const long_prefix =
+	"You are a careful assistant. Read the following product review and answer "
+	"in one short sentence whether the customer was happy, and why. Do not add "
+	"anything else, do not repeat the review, and keep the answer polite. Review: ";
+
+struct one
+{
+	char		text[TEXT_CAP];
+	struct opus_event done;
+};
+
+/*
+ * Submit each prompt (greedy, or seeded at temp > 0) to a fresh scheduler
+ * over c, n at once, or one after another when `stagger` steps apart; run
+ * to the end.
+ */
+static void
+run_prompts(struct opus_ctx *c, const char *const *prompts, int n, int max_tokens,
+			float temp, int stagger, struct one *out, struct opus_sched_stats *st)
+{
+	struct collector *col = calloc(1, sizeof(*col));
+	struct opus_sched *s = NULL;
+	struct opus_error err = {0};
+
+	CHECK(opus_sched_create(c, on_event, col, &s, &err) == OPUS_OK, "create: %s", err.msg);
+	if (!s)
+	{
+		free(col);
+		return;
+	}
+	for (int i = 0; i < n; i++)
+	{
+		int32_t		toks[512];
+		int			nt = encode(prompts[i], toks, 512);
+		/* the seed follows the prompt, not its position in the list */
+		struct opus_gen_params p = gen(max_tokens, temp, 4242 + strlen(prompts[i]), 0);
+
+		p.ignore_eos = true;
+		CHECK(opus_sched_submit(s, 500 + (uint64_t) i, toks, nt, &p, &err) == OPUS_OK,
+			  "submit %d: %s", i, err.msg);
+		for (int k = 0; k < stagger; k++)
+			CHECK(opus_sched_step(s, &err) == OPUS_OK, "step");
+	}
+	run_all(s, 4000);
+	check_clean(col, "prefix");
+	for (int i = 0; i < n; i++)
+	{
+		struct got *g = got_for(col, 500 + (uint64_t) i);
+
+		memcpy(out[i].text, g->text, sizeof(g->text));
+		out[i].done = g->done;
+	}
+	if (st)
+		opus_sched_get_stats(s, st);
+	opus_sched_free(s);
+	free(col);
+}
+
+static void
+test_prefix_cache(void)
+{
+	static char p0[1024],
+				p1[1024],
+				p2[1024];
+	const char *prompts[3] = {p0, p1, p2};
+	static struct one fresh[3],
+				again[3],
+				both[3];
+	struct opus_sched_stats st;
+	int32_t		toks[512];
+	int			n0;
+
+	snprintf(p0, sizeof(p0), "%s%s", long_prefix, "The blender broke after two days and support never answered.");
+	snprintf(p1, sizeof(p1), "%s%s", long_prefix, "Lovely soft scarf, the colour is exactly as pictured.");
+	snprintf(p2, sizeof(p2), "%s%s", long_prefix, "Arrived late but works well.");
+	n0 = encode(p0, toks, 512);
+
+	for (int temp = 0; temp < 2; temp++)
+	{
+		float		t = temp ? 0.9f : 0.0f;
+
+		/* each prompt on its own fresh pool: no hits possible */
+		for (int i = 0; i < 3; i++)
+		{
+			struct opus_ctx *c = make_ctx(16, 64, 64, 512);
+
+			if (!c)
+				return;
+			run_prompts(c, &prompts[i], 1, 12, t, 0, &fresh[i], &st);
+			CHECK(fresh[i].done.n_cached == 0 && st.prefix_hit_tokens == 0,
+				  "fresh pool: no hit (%d)", fresh[i].done.n_cached);
+			CHECK(st.prefix_query_tokens == fresh[i].done.n_prompt, "queries counted");
+			opus_ctx_free(c);
+		}
+
+		/*
+		 * One pool: p0 runs, then p0 again (all full blocks but the last
+		 * token's hit), then p1 (the shared instruction hits).
+		 */
+		{
+			struct opus_ctx *c = make_ctx(16, 64, 64, 512);
+			int			expect0 = (n0 - 1) / 16 * 16;
+
+			if (!c)
+				return;
+			run_prompts(c, &prompts[0], 1, 12, t, 0, &again[0], &st);
+			CHECK(again[0].done.n_cached == 0, "first run misses");
+			CHECK(c->kv.n_cached > 0 && c->kv.n_evictable == c->kv.n_cached &&
+				  opus_ctx_free_blocks(c) == 64,
+				  "blocks stay cached, unreferenced and allocatable (%lld cached)",
+				  (long long) c->kv.n_cached);
+			run_prompts(c, &prompts[0], 1, 12, t, 0, &again[1], &st);
+			CHECK(again[1].done.n_cached == expect0,
+				  "rerun: %d prompt tokens cached, want %d of %d", again[1].done.n_cached,
+				  expect0, n0);
+			CHECK(st.prefix_hit_tokens == expect0 && st.prefix_query_tokens == n0,
+				  "stats: %lld hit of %lld", (long long) st.prefix_hit_tokens,
+				  (long long) st.prefix_query_tokens);
+			CHECK(strcmp(again[1].text, fresh[0].text) == 0,
+				  "temp %.1f: cached rerun '%s' vs fresh '%s'", t, again[1].text, fresh[0].text);
+			CHECK(strcmp(again[0].text, fresh[0].text) == 0, "first run equals fresh");
+			run_prompts(c, &prompts[1], 1, 12, t, 0, &again[2], &st);
+			CHECK(again[2].done.n_cached >= 32 && again[2].done.n_cached % 16 == 0 &&
+				  again[2].done.n_cached < again[2].done.n_prompt,
+				  "shared instruction hits (%d of %d)", again[2].done.n_cached,
+				  again[2].done.n_prompt);
+			CHECK(strcmp(again[2].text, fresh[1].text) == 0,
+				  "temp %.1f: prefix-hit '%s' vs fresh '%s'", t, again[2].text, fresh[1].text);
+			opus_ctx_free(c);
+		}
+
+		/*
+		 * Staggered on one pool: p1 and p2 join while p0 is decoding and
+		 * share its live blocks (reference counts above 1).
+		 */
+		{
+			struct opus_ctx *c = make_ctx(16, 64, 64, 512);
+
+			if (!c)
+				return;
+			run_prompts(c, prompts, 3, 12, t, 3, both, &st);
+			for (int i = 0; i < 3; i++)
+				CHECK(strcmp(both[i].text, fresh[i].text) == 0,
+					  "temp %.1f staggered %d: '%s' vs fresh '%s'", t, i, both[i].text,
+					  fresh[i].text);
+			CHECK(both[0].done.n_cached == 0 && both[1].done.n_cached >= 32 &&
+				  both[2].done.n_cached >= 32, "later ones hit (%d %d %d)",
+				  both[0].done.n_cached, both[1].done.n_cached, both[2].done.n_cached);
+			CHECK(st.kv_blocks_used == 0, "nothing held at the end");
+			opus_ctx_free(c);
+		}
+	}
+}
+
+/*
+ * A pool too small to keep everything: cached blocks are evicted to make
+ * room, outputs do not change, nothing leaks.
+ */
+static void
+test_prefix_eviction(void)
+{
+	static char p[6][512];
+	const char *prompts[6];
+	static struct one ref[6],
+				got[6];
+	const char *tails[6] = {"Great.", "Awful.", "Fine, I guess.", "Never again.",
+	"Five stars!", "It is a blender."};
+	struct opus_ctx *c = make_ctx(16, 64, 64, 512);
+	struct opus_ctx *small = make_ctx(16, 10, 64, 512);
+
+	if (!c || !small)
+		return;
+	for (int i = 0; i < 6; i++)
+	{
+		/* distinct instructions so that the cache fills with unrelated blocks */
+		snprintf(p[i], sizeof(p[i]), "[%d] %s%s", i, long_prefix, tails[i]);
+		prompts[i] = p[i];
+	}
+	run_prompts(c, prompts, 6, 8, 0.0f, 0, ref, NULL);
+	for (int i = 0; i < 6; i++)
+	{
+		run_prompts(small, &prompts[i], 1, 8, 0.0f, 0, &got[i], NULL);
+		CHECK(strcmp(got[i].text, ref[i].text) == 0, "small pool %d: '%s' vs '%s'",
+			  i, got[i].text, ref[i].text);
+	}
+	printf("evictions on a 10-block pool: %lld, cached %lld\n",
+		   (long long) small->kv.evictions, (long long) small->kv.n_cached);
+	CHECK(small->kv.evictions > 0, "the small pool evicted cached blocks");
+	CHECK(opus_ctx_free_blocks(small) == 10 && small->kv.n_cached <= 10,
+		  "every block allocatable at the end");
+	/* the last prompt is still cached: a rerun hits */
+	run_prompts(small, &prompts[5], 1, 8, 0.0f, 0, &got[5], NULL);
+	CHECK(got[5].done.n_cached > 0 && strcmp(got[5].text, ref[5].text) == 0,
+		  "most recent prefix survives eviction (%d cached)", got[5].done.n_cached);
+	opus_ctx_free(small);
+	opus_ctx_free(c);
+}
+
+/*
+ * Aging: a batch-class request waiting behind interactive ones is promoted
+ * one class per aging period (300 ms here) and goes ahead of later
+ * interactive arrivals, without preempting anyone.
+ */
+static void
+test_aging(void)
+{
+	struct opus_ctx *c = make_ctx(16, 1, 64, 64);
+	struct collector *col = calloc(1, sizeof(*col));
+	struct opus_sched *s = NULL;
+	struct opus_error err = {0};
+	int32_t		toks[64];
+	int			nt;
+	struct opus_gen_params fg = gen(3, 0.0f, 0, 0);
+	struct opus_gen_params bg = gen(3, 0.0f, 0, 1);
+	struct timespec ts = {0, 400 * 1000 * 1000};
+
+	if (!c)
+		return;
+	nt = encode("Hello there, my friend, how", toks, 64);
+	fg.ignore_eos = bg.ignore_eos = true;
+	CHECK(opus_sched_create(c, on_event, col, &s, &err) == OPUS_OK, "create");
+	opus_sched_set_aging(s, 300.0);
+	CHECK(opus_sched_submit(s, 30, toks, nt, &fg, &err) == OPUS_OK, "submit fg 30");
+	CHECK(opus_sched_step(s, &err) == OPUS_OK, "step");
+	CHECK(opus_sched_submit(s, 31, toks, nt, &bg, &err) == OPUS_OK, "submit bg 31");
+	nanosleep(&ts, NULL);
+	CHECK(opus_sched_submit(s, 32, toks, nt, &fg, &err) == OPUS_OK, "submit fg 32");
+	run_all(s, 200);
+	CHECK(col->n_done == 3 && col->done_order[0] == 30 && col->done_order[1] == 31 &&
+		  col->done_order[2] == 32,
+		  "aged batch request before a later interactive one: %llu %llu %llu",
+		  (unsigned long long) col->done_order[0], (unsigned long long) col->done_order[1],
+		  (unsigned long long) col->done_order[2]);
+	opus_sched_free(s);
+	free(col);
+	/* without aging the interactive one goes first */
+	col = calloc(1, sizeof(*col));
+	CHECK(opus_sched_create(c, on_event, col, &s, &err) == OPUS_OK, "create");
+	opus_sched_set_aging(s, 0.0);
+	CHECK(opus_sched_submit(s, 30, toks, nt, &fg, &err) == OPUS_OK, "submit fg 30");
+	CHECK(opus_sched_step(s, &err) == OPUS_OK, "step");
+	CHECK(opus_sched_submit(s, 31, toks, nt, &bg, &err) == OPUS_OK, "submit bg 31");
+	nanosleep(&ts, NULL);
+	CHECK(opus_sched_submit(s, 32, toks, nt, &fg, &err) == OPUS_OK, "submit fg 32");
+	run_all(s, 200);
+	CHECK(col->n_done == 3 && col->done_order[1] == 32 && col->done_order[2] == 31,
+		  "interactive first without aging");
+	opus_sched_free(s);
+	free(col);
+	opus_ctx_free(c);
+}
+
 int
 main(void)
 {
@@ -856,6 +1116,9 @@ main(void)
 	test_stops();
 	test_eos();
 	test_priority();
+	test_prefix_cache();
+	test_prefix_eviction();
+	test_aging();
 	opus_model_free(model);
 	return UNIT_DONE();
 }
