@@ -8,9 +8,6 @@
 EXTENSION = opus_pg
 MODULE_big = opus_pg
 OBJS = $(patsubst %.c,%.o,$(sort $(wildcard src/pg/*.c)))
-# PGXS tracks no header dependencies: rebuild every object when a shared
-# header (the wire format, the extension's own headers) changes.
-$(OBJS): src/protocol.h $(wildcard src/pg/*.h)
 # The install script is assembled from sql/install/NN_topic.sql (one file per
 # concern, concatenated in name order); 00_core.sql carries the \echo guard.
 DATA_built = build/opus_pg--0.1.0.sql
@@ -31,6 +28,10 @@ PGXS := $(shell $(PG_CONFIG) --pgxs)
 # Debian's PGXS wants LLVM bitcode for every object; we ship none.
 override with_llvm = no
 include $(PGXS)
+
+# PGXS tracks no header dependencies: rebuild every object when a shared
+# header (the wire format, the extension's own headers) changes.
+$(OBJS): src/protocol.h $(wildcard src/pg/*.h)
 
 DEFAULT_MODEL_FILE = SmolLM2-135M-Instruct.Q4_1.gguf
 DEFAULT_MODEL = models/$(DEFAULT_MODEL_FILE)
