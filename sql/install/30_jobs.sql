@@ -757,7 +757,7 @@ BEGIN
     END IF;
     DELETE FROM @extschema@.opus_job AS o WHERE o.id OPERATOR(pg_catalog.=) j.id;
     IF drop_target THEN
-        EXECUTE pg_catalog.format('DROP TABLE %s', @extschema@.opus_quote_relname(j.target_table));
+        EXECUTE pg_catalog.format('DROP TABLE IF EXISTS %s', @extschema@.opus_quote_relname(j.target_table));
     END IF;
     RETURN true;
 END
