@@ -5,6 +5,7 @@
 -- first in search_path; each writes a row into a trap table when called.
 -- Then CREATE EXTENSION runs in a fresh database and every function is
 -- exercised (as the superuser and as a plain role); the trap stays empty.
+-- Every update path (ALTER EXTENSION UPDATE) is run the same way.
 -- Also: the request logger (a superuser background worker) in the
 -- regression database; SECURITY DEFINER functions have a pinned
 -- search_path; nothing in the script is CREATE OR REPLACE'd; every object
@@ -307,6 +308,28 @@ SET search_path = early, pg_catalog, public;
 SELECT * FROM public.exercise();
 CALL public.opus_job_run('sec_run_u');
 RESET search_path;
+
+-- Upgrades: every update path the installed scripts offer is run with the
+-- hostile objects in place (install the path's source version, then ALTER
+-- EXTENSION UPDATE); then the default version again.
+CREATE TEMP TABLE upgrades_run (path text);
+DO $$
+DECLARE
+    u record;
+BEGIN
+    FOR u IN SELECT source, target FROM pg_extension_update_paths('opus_pg')
+             WHERE path IS NOT NULL AND source <> target LOOP
+        DROP EXTENSION opus_pg CASCADE;
+        EXECUTE pg_catalog.format('CREATE EXTENSION opus_pg VERSION %L', u.source);
+        EXECUTE pg_catalog.format('ALTER EXTENSION opus_pg UPDATE TO %L', u.target);
+        INSERT INTO upgrades_run VALUES (u.source || ' -> ' || u.target);
+    END LOOP;
+    IF FOUND THEN
+        DROP EXTENSION opus_pg CASCADE;
+        CREATE EXTENSION opus_pg;
+    END IF;
+END $$;
+SELECT count(*) AS update_paths_run FROM upgrades_run;
 
 SELECT what, who, count(*) FROM public.opus_trap GROUP BY 1, 2 ORDER BY 1, 2;
 

@@ -336,6 +336,8 @@ fi
 if [ "$BACKEND_KILL" = 1 ]; then
 	say "phase 2: SIGKILL of one backend waiting in opus_generate, under load (8 clients)"
 	lines0=$(wc -l <"$LOG")
+	stat_before=$(q "SELECT coalesce(sum(calls + errors + cancellations + rejections), 0) FROM pg_stat_opus")
+	log_before=$(q "SELECT count(*) FROM opus_requests")
 	"$BIN/pgbench" -n -U ledger_client -c 8 -j 2 -T 20 -f "$DIR/mix.sql" ledger >"$DIR/pgbench2.out" 2>&1 &
 	bench=$!
 	PGAPPNAME=victim "${PSQL[@]}" -U ledger_client \
@@ -370,6 +372,11 @@ if [ "$BACKEND_KILL" = 1 ]; then
 	   (SELECT count(*) FROM opus_requests WHERE status = 'running') ||
 	   ', interrupted rows ' || (SELECT count(*) FROM opus_requests WHERE status = 'interrupted')
 	   FROM pg_stat_opus_engine"
+	echo "pg_stat_opus requests: $stat_before before phase 2, $(q "SELECT coalesce(sum(calls + errors + cancellations + rejections), 0) FROM pg_stat_opus") after"
+	echo "  (shared memory is reinitialised by the crash restart: the counters start again from zero)"
+	echo "opus_requests rows: $log_before before phase 2, $(q "SELECT count(*) FROM opus_requests") after;" \
+		"by status after: $(q "SELECT string_agg(status || ' ' || n, ', ' ORDER BY status) FROM
+			(SELECT status, count(*) AS n FROM opus_requests WHERE submitted_at > now() - interval '2 min' GROUP BY 1) s")"
 	[ "$(q "SELECT state FROM opus_engine")" = ready ] || fail "engine not ready after the backend kill"
 	[ "$(q "SELECT generate IS NOT NULL FROM opus_generate('after', max_tokens => 2) AS generate")" = t ] ||
 		fail "cannot generate after the backend kill"
