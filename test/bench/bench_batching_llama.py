@@ -3,7 +3,9 @@
 bench_batching_llama.py - llama.cpp's side of test/bench/bench_batching.sh.
 
 N concurrent sessions, each sending REQS completion requests one after the
-other (greedy, n_predict TOKENS, a prompt drawn from PROMPTS), against:
+other (greedy, n_predict TOKENS; request k of session i uses prompt
+(i * REQS + k) mod len(PROMPTS), as bench_batching.sh's pgbench script
+does), against:
 
   server      llama.cpp's own HTTP server (llama-server) started with N
               parallel slots and continuous batching (its best mode for
@@ -27,7 +29,6 @@ import argparse
 import http.client
 import json
 import os
-import random
 import signal
 import statistics
 import subprocess
@@ -143,9 +144,9 @@ def level(a, n, prompts, one):
     lock = threading.Lock()
 
     def session(i):
-        rnd = random.Random(1000 + i)
-        for _ in range(a.reqs):
-            r = one(prompts[rnd.randrange(len(prompts))], a.tokens)
+        # request k of session i: prompt (i * reqs + k) mod len, as pgbench's
+        for k in range(a.reqs):
+            r = one(prompts[(i * a.reqs + k) % len(prompts)], a.tokens)
             if r:
                 with lock:
                     results.append(r)
