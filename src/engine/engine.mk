@@ -79,7 +79,7 @@ FUZZ_SECONDS ?= 60
 FUZZ_RSS_MB ?= 2048
 FUZZ_MALLOC_MB ?= 512
 FUZZ_NICE ?= nice -n 19
-FUZZ_TARGETS ?= gguf tokenizer protocol chat
+FUZZ_TARGETS ?= gguf tokenizer protocol chat model
 FUZZ_ARGS ?=
 FUZZ_CFLAGS := -g -O1 -std=gnu11 -D_GNU_SOURCE -iquote src/engine -iquote src \
 	-fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
@@ -91,16 +91,23 @@ FUZZ_SRCS_tokenizer := src/engine/tokenizer.c src/engine/tok_encode.c src/engine
 	src/engine/gguf.c src/engine/gguf_write.c src/engine/status.c
 FUZZ_SRCS_protocol :=
 FUZZ_SRCS_chat := src/engine/chat.c src/engine/status.c
+# the whole engine but the type table and kernels, AVX2 paths included
+# (matmul_avx2.c's VNNI kernels need gcc's per-function target attributes)
+FUZZ_SRCS_model := $(filter-out src/engine/qtype.c src/engine/quant_ref.c src/engine/quant_avx2.c \
+	src/engine/matmul_avx2.c src/engine/cli_run.c src/engine/serve.c,$(ENGINE_SRCS))
+FUZZ_FLAGS_model := $(AVX2_FLAGS)
+FUZZ_LIBS_model := build/engine/matmul_avx2.o -lutf8proc
 FUZZ_LIBS_tokenizer := -lutf8proc
 FUZZ_MAXLEN_gguf := 16384
 FUZZ_MAXLEN_tokenizer := 2048
 FUZZ_MAXLEN_protocol := 4096
 FUZZ_MAXLEN_chat := 4096
+FUZZ_MAXLEN_model := 262144
 FUZZ_MODEL_ENV = $(if $(wildcard $(DEFAULT_MODEL)),OPUS_MODEL=$(abspath $(DEFAULT_MODEL)))
 
-build/fuzz/fuzz_%: test/fuzz/fuzz_%.c $(ENGINE_HDRS) $(FUZZ_GCC_OBJS)
+build/fuzz/fuzz_%: test/fuzz/fuzz_%.c $(ENGINE_HDRS) $(FUZZ_GCC_OBJS) build/engine/matmul_avx2.o
 	@mkdir -p $(dir $@)
-	$(FUZZ_CC) $(FUZZ_CFLAGS) $< $(FUZZ_SRCS_$*) $(FUZZ_GCC_OBJS) $(FUZZ_LIBS_$*) -lm -lpthread -o $@
+	$(FUZZ_CC) $(FUZZ_CFLAGS) $(FUZZ_FLAGS_$*) $< $(FUZZ_SRCS_$*) $(FUZZ_GCC_OBJS) $(FUZZ_LIBS_$*) -lm -lpthread -o $@
 
 build/fuzz-replay/fuzz_%: test/fuzz/fuzz_%.c test/fuzz/replay_main.c $(ENGINE_SAN_OBJS)
 	@mkdir -p $(dir $@)
@@ -137,3 +144,26 @@ fuzz-regress: $(addprefix build/fuzz-replay/fuzz_,$(FUZZ_TARGETS))
 	done; \
 	if [ $$fail -eq 0 ]; then echo "fuzz-regress: ok"; else echo "fuzz-regress: FAILED"; fi; \
 	exit $$fail
+
+# ---------------------------------------------------------------------------
+# MoE goldens (test/golden/moe/README).  Owned by the MoE work; keep separate.
+#
+#   make golden-moe   generate the random-weight MoE models into MOE_DIR
+#                     (test/tools/gen_moe_model.py: deterministic, needs the
+#                     python gguf and numpy packages; existing files are
+#                     kept) and check them against llama.cpp's goldens with
+#                     an optimised build of test/unit/test_golden_moe.c, all
+#                     four tensor types.
+
+MOE_DIR ?= models/moe
+MOE_PYTHON ?= python3
+
+build/test_golden_moe: test/unit/test_golden_moe.c $(ENGINE_OBJS) test/unit/unit.h
+	@mkdir -p $(dir $@)
+	$(ENGINE_CC) $(ENGINE_CFLAGS_BASE) -iquote test/unit $(ENGINE_OPT) $< $(ENGINE_OBJS) -o $@ $(ENGINE_LIBS)
+
+.PHONY: golden-moe
+golden-moe: build/test_golden_moe build/opus_engine $(DEFAULT_MODEL)
+	$(MOE_PYTHON) test/tools/gen_moe_model.py --out $(MOE_DIR) --engine build/opus_engine \
+		--tokenizer-from $(DEFAULT_MODEL)
+	OPUS_MOE_MODELS=$(MOE_DIR) OPUS_MOE_TYPES=f32,f16,q8_0,q4_k build/test_golden_moe

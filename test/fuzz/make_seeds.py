@@ -76,3 +76,94 @@ for name, src in templates.items():
 put("chat", "badrole", bytes([1, 0]) + b"\x05tool\x00\x01hi")
 put("chat", "nomsg", bytes([1, 1]))
 put("chat", "sys-only-gemma", bytes([5, 1]) + b"\x00  system only  ")
+
+# --- model: a tiny llama (2 layers, n_embd 32, 4 heads, 2 KV heads, n_ff 64)
+# with the SentencePiece test vocabulary (1500 tokens) and random weights:
+# F32 norms and attention, Q8_0 token embeddings and feed-forward (written as
+# raw blocks), tied output.  A second seed adds an output tensor and F16 ffn.
+try:
+    import numpy as np
+    import gguf
+
+    rng = np.random.default_rng(1)
+    src = gguf.GGUFReader(os.path.join(ROOT, "test", "golden", "tokenizer", "spm-vocab.gguf"))
+    E, H, HKV, FF, L = 32, 4, 2, 64, 2
+
+    def q8_0(a):
+        """Raw Q8_0 blocks (f16 scale + 32 int8) of a float32 matrix, row-major."""
+        a = a.reshape(-1, 32)
+        d = np.abs(a).max(axis=1) / 127.0
+        d[d == 0] = 1.0
+        q = np.round(a / d[:, None]).astype(np.int8)
+        out = np.zeros((a.shape[0], 34), dtype=np.uint8)
+        out[:, 0:2] = d.astype(np.float16).view(np.uint8).reshape(-1, 2)
+        out[:, 2:] = q.view(np.uint8)
+        return out
+
+    def write_tiny(path, variant):
+        w = gguf.GGUFWriter(path, "llama")
+        for k, f in src.fields.items():
+            if k.startswith("GGUF.") or k == "general.architecture" or k.startswith("llama."):
+                continue
+            t = f.types[0]
+            if t == gguf.GGUFValueType.ARRAY:
+                w.add_array(k, f.contents())
+            elif t == gguf.GGUFValueType.STRING:
+                w.add_string(k, f.contents())
+            elif t == gguf.GGUFValueType.BOOL:
+                w.add_bool(k, f.contents())
+            elif t == gguf.GGUFValueType.UINT32:
+                w.add_uint32(k, f.contents())
+            elif t == gguf.GGUFValueType.INT32:
+                w.add_int32(k, f.contents())
+            elif t == gguf.GGUFValueType.FLOAT32:
+                w.add_float32(k, f.contents())
+        V = len(src.fields["tokenizer.ggml.tokens"].data)
+        w.add_name("opus_pg fuzz seed: tiny llama")
+        w.add_block_count(L)
+        w.add_context_length(256)
+        w.add_embedding_length(E)
+        w.add_feed_forward_length(FF)
+        w.add_head_count(H)
+        w.add_head_count_kv(HKV)
+        w.add_rope_freq_base(10000.0)
+        w.add_layer_norm_rms_eps(1e-5)
+        w.add_rope_dimension_count(E // H)
+        w.add_file_type(7)  # mostly Q8_0
+
+        def t(name, shape, kind):
+            # shape as GGUF ne: (columns, rows)
+            a = (rng.standard_normal(shape[::-1]) * 0.1).astype(np.float32)
+            if kind == "f32":
+                w.add_tensor(name, a)
+            elif kind == "f16":
+                w.add_tensor(name, a.astype(np.float16))
+            else:
+                w.add_tensor(name, q8_0(a), raw_shape=(shape[1], 34 * shape[0] // 32),
+                             raw_dtype=gguf.GGMLQuantizationType.Q8_0)
+
+        t("token_embd.weight", (E, V), "q8")
+        w.add_tensor("output_norm.weight", np.ones(E, dtype=np.float32))
+        if variant == 1:
+            t("output.weight", (E, V), "q8")
+        for i in range(L):
+            w.add_tensor("blk.%d.attn_norm.weight" % i, np.ones(E, dtype=np.float32))
+            w.add_tensor("blk.%d.ffn_norm.weight" % i, np.ones(E, dtype=np.float32))
+            t("blk.%d.attn_q.weight" % i, (E, E), "f32")
+            t("blk.%d.attn_k.weight" % i, (E, E // H * HKV), "f32")
+            t("blk.%d.attn_v.weight" % i, (E, E // H * HKV), "f32")
+            t("blk.%d.attn_output.weight" % i, (E, E), "f32")
+            kind = "f16" if variant == 1 else "q8"
+            t("blk.%d.ffn_gate.weight" % i, (E, FF), kind)
+            t("blk.%d.ffn_up.weight" % i, (E, FF), kind)
+            t("blk.%d.ffn_down.weight" % i, (FF, E), kind)
+        w.write_header_to_file()
+        w.write_kv_data_to_file()
+        w.write_tensors_to_file()
+        w.close()
+
+    os.makedirs(os.path.join(C, "model"), exist_ok=True)
+    write_tiny(os.path.join(C, "model", "seed-tiny-llama.bin"), 0)
+    write_tiny(os.path.join(C, "model", "seed-tiny-llama-output-f16.bin"), 1)
+except ImportError as e:
+    print("make_seeds: no tiny model seeds (%s)" % e)
