@@ -8,6 +8,8 @@
 #   suites  unit     engine unit tests (make unit, ASan + UBSan)
 #           fuzz     fuzz corpora and regression inputs replayed (make fuzz-regress)
 #           golden   make golden, when the engine defines that target
+#           moe      make golden-moe: generate the MoE test models
+#                    (models/moe/) and check them against llama.cpp's goldens
 #           regress  pg_regress on a temporary instance (test/run_regress.sh)
 #           tap      TAP tests, test/t/*.pl (test/run_tap.sh)
 #
@@ -28,7 +30,7 @@ cd "$(dirname "$0")/.."
 ROOT=$PWD
 JOBS=${JOBS:-2}
 MAKE=${MAKE:-make}
-SUITES=${SUITES:-unit fuzz golden regress tap}
+SUITES=${SUITES:-unit fuzz golden moe regress tap}
 PG_CONFIG=${PG_CONFIG:-/usr/lib/postgresql/15/bin/pg_config}
 export PG_CONFIG
 
@@ -208,6 +210,24 @@ if want golden; then
 		run_suite golden timeout -k 10 900 $MAKE golden
 	else
 		echo "run_tests: no golden target; skipped"
+	fi
+fi
+
+# moe: the generated MoE models against llama.cpp's goldens (~1 min on 2
+# cores, generation included).  The TAP test of the expert-load view uses
+# mixtral-q4_k.gguf: it is copied into the server-side suites' work tree
+# (made before the models were).
+if want moe; then
+	if $MAKE -n golden-moe >/dev/null 2>&1; then
+		run_suite moe timeout -k 10 900 $MAKE golden-moe
+		if [ -n "$WORK" ] && [ -f models/moe/mixtral-q4_k.gguf ] &&
+			[ ! -f "$WORK/repo/models/moe/mixtral-q4_k.gguf" ]; then
+			mkdir -p "$WORK/repo/models/moe"
+			cp models/moe/mixtral-q4_k.gguf "$WORK/repo/models/moe/"
+			[ -n "$PGUSER_RUN" ] && chown -R "$PGUSER_RUN": "$WORK/repo/models"
+		fi
+	else
+		echo "run_tests: no golden-moe target; skipped"
 	fi
 fi
 
