@@ -354,8 +354,9 @@ opus_sched_submit(struct opus_sched *s, uint64_t id, const int32_t *prompt,
 	need = blocks_for(s, (int64_t) n_prompt + p->max_tokens - 1);
 	if (need > s->n_blocks)
 		return opus_error_set(err, OPUS_ERR_CAPACITY,
-							  "request needs %lld kv blocks, the whole pool has %lld",
-							  (long long) need, (long long) s->n_blocks);
+							  "prompt of %d tokens plus max_tokens %d needs %lld kv blocks, more than the whole kv cache (%lld blocks of %d tokens)",
+							  (int) n_prompt, (int) p->max_tokens, (long long) need,
+							  (long long) s->n_blocks, (int) s->block_size);
 	if (find_req(s, id))
 		return opus_error_set(err, OPUS_ERR_INVALID_ARG,
 							  "request id %llu is already in use", (unsigned long long) id);
