@@ -26,7 +26,8 @@
  *                          while a generation is queued or running (after
  *                          each step in which it changed); STATS (when the
  *                          request counts change, and every 250 ms while
- *                          busy); PONG
+ *                          busy); EXPERTS (MoE models only: with STATS,
+ *                          when the expert load counters moved); PONG
  *
  * Nobody trusts the other side: every parse function below validates every
  * field (sizes, ranges, finite floats, enum values, NUL bytes in strings)
@@ -50,8 +51,9 @@
 #include <string.h>
 
 #define OPUS_PROTO_MAGIC		0x5355504FU /* "OPUS" read as little-endian u32 */
-#define OPUS_PROTO_VERSION		3	/* 2: PROGRESS, prefix counters in STATS;
-									 * 3: KV settings in HELLO, priority in SUBMIT */
+#define OPUS_PROTO_VERSION		4	/* 2: PROGRESS, prefix counters in STATS;
+									 * 3: KV settings in HELLO, priority in SUBMIT;
+									 * 4: EXPERTS */
 #define OPUS_PROTO_HEADER_SIZE	16
 #define OPUS_PROTO_MAX_PAYLOAD	(16U * 1024 * 1024)
 #define OPUS_PROTO_MAX_STOP		16	/* stop strings per request */
@@ -64,6 +66,9 @@
 #define OPUS_PROTO_MAX_TOKENS	(1 << 20)	/* max_tokens upper bound */
 #define OPUS_PROTO_MAX_PRIORITY 1000	/* priority classes 0 (first) .. this */
 #define OPUS_PROTO_MAX_BLOCK_SIZE 4096	/* kv_block_size upper bound */
+#define OPUS_PROTO_MAX_EXPERT_LAYERS 1024	/* EXPERTS n_layer upper bound */
+#define OPUS_PROTO_MAX_EXPERTS	1024	/* EXPERTS n_expert upper bound */
+#define OPUS_PROTO_MAX_EXPERT_COUNTS 65536	/* n_layer * n_expert upper bound */
 
 /* KV cache element types (HELLO kv_cache_type). */
 #define OPUS_PROTO_KV_F16		0
@@ -101,6 +106,7 @@ enum opus_proto_type
 	OPUS_MSG_PING = 10,			/* supervisor -> engine, empty payload */
 	OPUS_MSG_PONG = 11,			/* engine -> supervisor, empty payload */
 	OPUS_MSG_PROGRESS = 12,		/* engine -> supervisor, per request */
+	OPUS_MSG_EXPERTS = 13,		/* engine -> supervisor, expert load (MoE) */
 	OPUS_MSG__COUNT
 };
 
@@ -282,10 +288,24 @@ struct opus_proto_progress
 	int32_t		kv_blocks;		/* KV blocks the request holds */
 };
 
+/*
+ * EXPERTS: tokens routed to each (layer, expert) since the engine's context
+ * was created, counts[layer * n_expert + expert] (header id 0).
+ *   u32 n_layer, u32 n_expert, n_layer * n_expert x u64 count
+ * Each count is <= INT64_MAX.  The parsed struct points into the payload.
+ */
+struct opus_proto_experts
+{
+	int32_t		n_layer;		/* [1, OPUS_PROTO_MAX_EXPERT_LAYERS] */
+	int32_t		n_expert;		/* [1, OPUS_PROTO_MAX_EXPERTS] */
+	const uint8_t *counts;		/* n_layer * n_expert little-endian u64 */
+};
+
 #define OPUS_PROTO_HELLO_SIZE	(4 + 4 + 4 + 4 + 8 + OPUS_PROTO_SHORT_LEN + OPUS_PROTO_PATH_LEN + 3 * 4)
 #define OPUS_PROTO_READY_SIZE	(4 + 4 + 8 + 4 * 8 + 8 + OPUS_PROTO_NAME_LEN + 3 * OPUS_PROTO_SHORT_LEN)
 #define OPUS_PROTO_STATS_SIZE	(4 * 4 + 9 * 8)
 #define OPUS_PROTO_PROGRESS_SIZE (4 + 5 * 4)
+#define OPUS_PROTO_EXPERTS_SIZE(n_counts) (8 + 8 * (size_t) (n_counts))
 #define OPUS_PROTO_DONE_FIXED	(1 + 3 + 4 + 3 * 4 + 3 * 8 + 2)
 #define OPUS_PROTO_SUBMIT_FIXED (1 + 1 + 2 + 8 * 4 + 8 + 4)
 
@@ -1272,6 +1292,78 @@ opus_proto_parse_progress(const uint8_t *buf, size_t len,
 		return false;
 	}
 	return true;
+}
+
+/* ---------------------------------------------------------------------
+ * EXPERTS
+ * --------------------------------------------------------------------- */
+
+/* The caller checks the shape against the limits (the parser does too). */
+static inline void
+opus_proto_encode_experts(struct opus_proto_writer *w, int32_t n_layer,
+						  int32_t n_expert, const uint64_t *counts)
+{
+	size_t		n = (size_t) n_layer * (size_t) n_expert;
+	size_t		i;
+
+	opus_proto_w_u32(w, (uint32_t) n_layer);
+	opus_proto_w_u32(w, (uint32_t) n_expert);
+	for (i = 0; i < n; i++)
+		opus_proto_w_u64(w, counts[i] > (uint64_t) INT64_MAX ?
+						 (uint64_t) INT64_MAX : counts[i]);
+}
+
+static inline bool
+opus_proto_parse_experts(const uint8_t *buf, size_t len,
+						 struct opus_proto_experts *m, const char **why)
+{
+	struct opus_proto_reader r;
+	uint32_t	n_layer,
+				n_expert;
+	size_t		n,
+				i;
+
+	opus_proto_reader_init(&r, buf, len);
+	memset(m, 0, sizeof(*m));
+	n_layer = opus_proto_r_u32(&r);
+	n_expert = opus_proto_r_u32(&r);
+	if (r.bad)
+	{
+		*why = "EXPERTS is truncated";
+		return false;
+	}
+	if (n_layer < 1 || n_layer > OPUS_PROTO_MAX_EXPERT_LAYERS ||
+		n_expert < 1 || n_expert > OPUS_PROTO_MAX_EXPERTS ||
+		(size_t) n_layer * n_expert > OPUS_PROTO_MAX_EXPERT_COUNTS)
+	{
+		*why = "EXPERTS has a shape out of range";
+		return false;
+	}
+	n = (size_t) n_layer * n_expert;
+	if (len != OPUS_PROTO_EXPERTS_SIZE(n))
+	{
+		*why = "EXPERTS has the wrong size";
+		return false;
+	}
+	for (i = 0; i < n; i++)
+	{
+		if (opus_proto_get_u64(buf + 8 + 8 * i) > (uint64_t) INT64_MAX)
+		{
+			*why = "EXPERTS has a count out of range";
+			return false;
+		}
+	}
+	m->n_layer = (int32_t) n_layer;
+	m->n_expert = (int32_t) n_expert;
+	m->counts = buf + 8;
+	return true;
+}
+
+/* Count i (layer * n_expert + expert) of a validated EXPERTS frame. */
+static inline int64_t
+opus_proto_expert_count(const struct opus_proto_experts *m, size_t i)
+{
+	return (int64_t) opus_proto_get_u64(m->counts + 8 * i);
 }
 
 /* ---------------------------------------------------------------------

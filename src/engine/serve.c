@@ -15,7 +15,9 @@
  *   - queue a PROGRESS frame for every live generation whose phase, prompt
  *     position, generated count or KV blocks changed in that step;
  *   - flush the output buffer, plus a STATS frame when the request counts
- *     moved or, while busy, every SERVE_STATS_INTERVAL_MS.
+ *     moved or, while busy, every SERVE_STATS_INTERVAL_MS; with it, for a
+ *     Mixture-of-Experts model, an EXPERTS frame (the context's per-layer,
+ *     per-expert routed-token counters) when those moved.
  *
  * KV cache: `--kv-fd M` names a shared-memory file (memfd) the supervisor
  * created and sized from opus.kv_cache_size; the engine maps it and places
@@ -101,6 +103,7 @@ struct serve
 	struct opus_proto_stats last_stats;
 	bool		stats_sent;
 	double		stats_sent_at;	/* now_ms() of the last STATS frame */
+	uint64_t   *experts_sent;	/* counters of the last EXPERTS frame, or NULL */
 };
 
 static bool
@@ -770,6 +773,41 @@ read_frame_blocking(struct serve *s, struct opus_proto_header *h)
 	}
 }
 
+/*
+ * Queue an EXPERTS frame if the model has experts and their load counters
+ * changed since the last one (sent along with STATS, so at its cadence).
+ */
+static void
+send_experts_if_changed(struct serve *s)
+{
+	int32_t		n_layer = 0;
+	int32_t		n_expert = 0;
+	const uint64_t *counts = opus_ctx_expert_load(s->ctx, &n_layer, &n_expert);
+	size_t		n;
+	uint8_t    *p;
+	struct opus_proto_writer w;
+
+	if (!counts || n_layer < 1 || n_expert < 1 ||
+		n_layer > OPUS_PROTO_MAX_EXPERT_LAYERS || n_expert > OPUS_PROTO_MAX_EXPERTS ||
+		(size_t) n_layer * (size_t) n_expert > OPUS_PROTO_MAX_EXPERT_COUNTS)
+		return;
+	n = (size_t) n_layer * (size_t) n_expert;
+	if (!s->experts_sent)
+	{
+		s->experts_sent = calloc(n, sizeof(uint64_t));
+		if (!s->experts_sent)
+			return;
+	}
+	else if (memcmp(s->experts_sent, counts, n * sizeof(uint64_t)) == 0)
+		return;
+	memcpy(s->experts_sent, counts, n * sizeof(uint64_t));
+	p = frame_begin(s, OPUS_MSG_EXPERTS, 0, OPUS_PROTO_EXPERTS_SIZE(n));
+	if (!p)
+		return;
+	opus_proto_writer_init(&w, p, OPUS_PROTO_EXPERTS_SIZE(n));
+	opus_proto_encode_experts(&w, n_layer, n_expert, counts);
+}
+
 static void
 send_stats_if_changed(struct serve *s)
 {
@@ -811,6 +849,7 @@ send_stats_if_changed(struct serve *s)
 		return;
 	opus_proto_writer_init(&w, p, OPUS_PROTO_STATS_SIZE);
 	opus_proto_encode_stats(&w, &m);
+	send_experts_if_changed(s);
 }
 
 static void
@@ -964,6 +1003,7 @@ serve_free(struct serve *s)
 	free(s->out.data);
 	free(s->live);
 	free(s->live_prog);
+	free(s->experts_sent);
 }
 
 static int

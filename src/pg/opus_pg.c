@@ -22,6 +22,7 @@
 #include "storage/shmem.h"
 #include "utils/guc.h"
 
+#include "opus_experts.h"
 #include "opus_pg.h"
 #include "opus_stats.h"
 
@@ -56,6 +57,7 @@ opus_shmem_request(void)
 		prev_shmem_request_hook();
 	RequestAddinShmemSpace(OpusShmemSize());
 	OpusStatsShmemRequest();
+	OpusExpertsShmemRequest();
 }
 
 static void
@@ -65,6 +67,7 @@ opus_shmem_startup(void)
 		prev_shmem_startup_hook();
 	OpusShmemInit();
 	OpusStatsShmemInit();
+	OpusExpertsShmemInit();
 }
 
 /* opus.device: "cpu", "auto" or "cuda:N". */

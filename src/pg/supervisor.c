@@ -58,6 +58,7 @@
 #include "utils/guc.h"
 #include "utils/memutils.h"
 
+#include "opus_experts.h"
 #include "opus_pg.h"
 #include "opus_stats.h"
 
@@ -890,6 +891,7 @@ handle_engine_frame(const struct opus_proto_header *h, const uint8_t *p)
 				memset(&e->stats, 0, sizeof(e->stats));
 				SpinLockRelease(&e->mutex);
 				OpusStatsEngineReady();
+				OpusExpertsEngineReady(&r);
 				set_engine_state(OPUS_ENGINE_READY);
 				last_logged[0] = '\0';
 				ereport(LOG,
@@ -920,6 +922,19 @@ handle_engine_frame(const struct opus_proto_header *h, const uint8_t *p)
 				e->stats = s;
 				SpinLockRelease(&e->mutex);
 				OpusStatsEngineStats(&s);
+				return NULL;
+			}
+		case OPUS_MSG_EXPERTS:
+			{
+				struct opus_proto_experts x;
+
+				if (!eng.ready)
+					return "EXPERTS before READY";
+				if (h->id != 0)
+					return "EXPERTS with a request id";
+				if (!opus_proto_parse_experts(p, h->length, &x, &why))
+					return why;
+				OpusExpertsEngineReport(&x);
 				return NULL;
 			}
 		case OPUS_MSG_PROGRESS:

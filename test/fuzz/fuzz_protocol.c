@@ -57,6 +57,7 @@ parse_payload(const uint8_t *p, size_t len)
 	struct opus_proto_done done;
 	struct opus_proto_stats stats;
 	struct opus_proto_progress progress;
+	struct opus_proto_experts experts;
 
 	sink += opus_proto_parse_hello(p, len, &hello, &why);
 	sink += opus_proto_parse_ready(p, len, &ready, &why);
@@ -66,6 +67,9 @@ parse_payload(const uint8_t *p, size_t len)
 	sink += opus_proto_parse_done(p, len, &done, &why);
 	sink += opus_proto_parse_stats(p, len, &stats, &why);
 	sink += opus_proto_parse_progress(p, len, &progress, &why);
+	if (opus_proto_parse_experts(p, len, &experts, &why))
+		sink += (uint64_t) opus_proto_expert_count(&experts,
+												   (size_t) experts.n_layer * experts.n_expert - 1);
 	sink += opus_proto_parse_text(p, len, &why);
 	sink += opus_proto_parse_tokens(p, len, &why);
 	sink += opus_proto_parse_empty(len, &why);

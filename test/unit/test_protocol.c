@@ -440,6 +440,78 @@ test_progress(void)
 	CHECK(!opus_proto_parse_progress(buf, w.len, &p2, &why), "negative KV blocks rejected");
 }
 
+/* EXPERTS (protocol v4): round trip, shape limits, size, count range. */
+static void
+test_experts(void)
+{
+	uint64_t	counts[2 * 8];
+	uint8_t		buf[OPUS_PROTO_EXPERTS_SIZE(2 * 8) + 8];
+	uint8_t		big[16];
+	struct opus_proto_writer w;
+	struct opus_proto_experts x;
+	const char *why = NULL;
+	size_t		len;
+	bool		same = true;
+
+	memset(buf, 0, sizeof(buf));
+	for (int i = 0; i < 16; i++)
+		counts[i] = (uint64_t) i * 1000003u + 7;
+	counts[15] = UINT64_MAX;	/* clamped to INT64_MAX by the encoder */
+	opus_proto_writer_init(&w, buf, sizeof(buf));
+	opus_proto_encode_experts(&w, 2, 8, counts);
+	len = w.len;
+	CHECK(!w.overflow && len == OPUS_PROTO_EXPERTS_SIZE(16), "EXPERTS size %zu", len);
+	CHECK(opus_proto_parse_experts(buf, len, &x, &why) && x.n_layer == 2 &&
+		  x.n_expert == 8, "EXPERTS round-trips (%s)", why ? why : "");
+	for (int i = 0; i < 15; i++)
+		same = same && opus_proto_expert_count(&x, (size_t) i) == (int64_t) counts[i];
+	CHECK(same && opus_proto_expert_count(&x, 15) == INT64_MAX, "EXPERTS counts round-trip");
+	for (size_t n = 0; n < len; n++)
+		CHECK(!opus_proto_parse_experts(buf, n, &x, &why), "truncated EXPERTS (%zu) rejected", n);
+	CHECK(!opus_proto_parse_experts(buf, len + 8, &x, &why), "EXPERTS with a trailing count rejected");
+	/* a count above INT64_MAX */
+	opus_proto_put_u64(buf + 8 + 8 * 3, (uint64_t) INT64_MAX + 1);
+	CHECK(!opus_proto_parse_experts(buf, len, &x, &why), "EXPERTS count above INT64_MAX rejected");
+	opus_proto_put_u64(buf + 8 + 8 * 3, 3);
+	/* shapes: zero, too many experts, too many layers, too many counters */
+	opus_proto_put_u32(buf, 0);
+	CHECK(!opus_proto_parse_experts(buf, len, &x, &why), "EXPERTS with 0 layers rejected");
+	opus_proto_put_u32(buf, 2);
+	opus_proto_put_u32(buf + 4, 0);
+	CHECK(!opus_proto_parse_experts(buf, len, &x, &why), "EXPERTS with 0 experts rejected");
+	opus_proto_put_u32(buf + 4, 16);
+	CHECK(!opus_proto_parse_experts(buf, len, &x, &why), "EXPERTS shape not matching the size rejected");
+	opus_proto_put_u32(buf, 1);
+	CHECK(opus_proto_parse_experts(buf, len, &x, &why) && x.n_layer == 1 && x.n_expert == 16,
+		  "EXPERTS 1 x 16 in the same bytes accepted");
+	/* huge declared shapes must be refused before any size arithmetic */
+	opus_proto_put_u32(big, OPUS_PROTO_MAX_EXPERT_LAYERS + 1);
+	opus_proto_put_u32(big + 4, 1);
+	opus_proto_put_u64(big + 8, 0);
+	CHECK(!opus_proto_parse_experts(big, 16, &x, &why), "EXPERTS with too many layers rejected");
+	opus_proto_put_u32(big, 1);
+	opus_proto_put_u32(big + 4, OPUS_PROTO_MAX_EXPERTS + 1);
+	CHECK(!opus_proto_parse_experts(big, 16, &x, &why), "EXPERTS with too many experts rejected");
+	opus_proto_put_u32(big, OPUS_PROTO_MAX_EXPERT_LAYERS);
+	opus_proto_put_u32(big + 4, OPUS_PROTO_MAX_EXPERTS);
+	CHECK(!opus_proto_parse_experts(big, 16, &x, &why), "EXPERTS with too many counters rejected");
+	opus_proto_put_u32(big, 0xFFFFFFFFu);
+	opus_proto_put_u32(big + 4, 0xFFFFFFFFu);
+	CHECK(!opus_proto_parse_experts(big, 16, &x, &why), "EXPERTS with a 2^32 x 2^32 shape rejected");
+	/* the largest shape fits one frame */
+	CHECK(OPUS_PROTO_EXPERTS_SIZE(OPUS_PROTO_MAX_EXPERT_COUNTS) <= OPUS_PROTO_MAX_PAYLOAD,
+		  "largest EXPERTS fits a frame");
+	/* a header of type EXPERTS parses */
+	{
+		uint8_t		hb[OPUS_PROTO_HEADER_SIZE];
+		struct opus_proto_header h;
+
+		opus_proto_encode_header(hb, (uint32_t) len, OPUS_MSG_EXPERTS, 0);
+		CHECK(opus_proto_parse_header(hb, sizeof(hb), &h, &why) == OPUS_PROTO_OK &&
+			  h.type == OPUS_MSG_EXPERTS, "EXPERTS header accepted");
+	}
+}
+
 int
 main(void)
 {
@@ -448,6 +520,7 @@ main(void)
 	test_submit();
 	test_done_stats_fatal();
 	test_progress();
+	test_experts();
 	test_writer_overflow();
 	free(submit_copy);
 	return UNIT_DONE();
