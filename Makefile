@@ -19,7 +19,7 @@ PG_CFLAGS = $(OPUS_PG_WERROR)
 # pg_regress suite (sql/<name>.sql, expected/<name>.out).  It needs a server
 # with opus_pg preloaded: run test/run_regress.sh (temporary instance), or
 # `make installcheck` against a running server configured that way.
-REGRESS = setup generate chat tokenize errors settings model stats async jobs security security_privileges security_limits
+REGRESS = setup generate chat tokenize errors settings model stats experts async jobs security security_privileges security_limits
 REGRESS_OPTS = --inputdir=.
 EXTRA_CLEAN = nopreload
 
