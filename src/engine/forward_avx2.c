@@ -119,10 +119,135 @@ softmax_ggml(float *s, int n)
 	}
 }
 
+static inline __m256
+cvt8(const uint16_t *p)
+{
+	return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *) p));
+}
+
+/* q[d] times the keys of 8 positions at dimension d (kb: dimension rows bs apart) */
+static inline __m256
+qk8(const float *q, const uint16_t *kb, int bs, int d)
+{
+	return _mm256_fmadd_ps(_mm256_broadcast_ss(q + d), cvt8(kb + (size_t) d * bs), _mm256_setzero_ps());
+}
+
+/*
+ * Scores (before scaling) of one head for 8 positions whose keys start at
+ * kb, in llama.cpp's order: ggml_vec_dot_f16 (one-token batches) or
+ * tinyBLAS (gemm: lane l of 16 chains dimensions l, l + 16, ... fused,
+ * lanes reduced).  For vec_dot, dimensions past hd & ~63 are left to the
+ * caller.
+ */
+static inline __m256
+scores8(const float *q, const uint16_t *kb, int bs, int hd, bool gemm, __m256 *acc)
+{
+	if (gemm)
+	{
+		for (int l = 0; l < 16; l++)
+		{
+			acc[l] = _mm256_setzero_ps();
+			for (int d = l; d < hd; d += 16)
+				acc[l] = _mm256_fmadd_ps(_mm256_broadcast_ss(q + d), cvt8(kb + (size_t) d * bs), acc[l]);
+		}
+		return reduce16_lanes(acc);
+	}
+	if (hd == 64)
+	{
+		/* tree64_lanes of single products, computed in the order it is needed */
+		__m256		b[4];
+
+		for (int i = 0; i < 4; i++)
+		{
+			__m256		t[4];
+
+			for (int k = 0; k < 4; k++)
+			{
+				int			l = i + 4 * k;	/* t_i, t_{i+4}, t_{i+8}, t_{i+12} */
+
+				t[k] = _mm256_add_ps(_mm256_add_ps(qk8(q, kb, bs, l), qk8(q, kb, bs, l + 32)),
+									 _mm256_add_ps(qk8(q, kb, bs, l + 16), qk8(q, kb, bs, l + 48)));
+			}
+			b[i] = _mm256_add_ps(_mm256_add_ps(t[0], t[2]), _mm256_add_ps(t[1], t[3]));
+		}
+		return _mm256_add_ps(_mm256_add_ps(b[0], b[2]), _mm256_add_ps(b[1], b[3]));
+	}
+	for (int i = 0; i < 64; i++)
+	{
+		acc[i] = _mm256_setzero_ps();
+		for (int d = i; d < (hd & ~63); d += 64)
+			acc[i] = _mm256_fmadd_ps(_mm256_broadcast_ss(q + d), cvt8(kb + (size_t) d * bs), acc[i]);
+	}
+	return tree64_lanes(acc);
+}
+
+/*
+ * Output dimensions dc .. dc + 8 NV of NH heads: accumulator j (of M)
+ * sums the positions p = j mod M in order (fused); the accumulators are
+ * then combined per dimension as ggml_vec_dot_f16 (M = 64, tree64) or
+ * tinyBLAS (M = 16, reduce16) does.  Each V row is converted once for the
+ * heads; the positions of accumulator j are walked block by block.
+ */
+static inline __attribute__((always_inline)) void
+attend_out(const int NH, const int NV, const struct opus_attn_args *a, int dc,
+		   int stride, int M, __m256 (*part)[64])
+{
+	const int	bs = a->bs;
+	const int	hd = a->hd;
+
+	for (int j = 0; j < M; j++)
+	{
+		__m256		r[3][4];
+		int			blk = j / bs,
+					off = j % bs;
+
+		_Pragma("GCC unroll 3")
+		for (int h = 0; h < NH; h++)
+			_Pragma("GCC unroll 4")
+			for (int k = 0; k < NV; k++)
+				r[h][k] = _mm256_setzero_ps();
+		for (int p = j; p < a->n_kv; p += M)
+		{
+			const uint16_t *vr = (const uint16_t *) (a->kv_mem + (size_t) a->blocks[blk] * a->block_bytes +
+													 a->v_off) + (size_t) off * hd + dc;
+			__m256		v[4];
+
+			_Pragma("GCC unroll 4")
+			for (int k = 0; k < NV; k++)
+				v[k] = cvt8(vr + 8 * k);
+			_Pragma("GCC unroll 3")
+			for (int h = 0; h < NH; h++)
+			{
+				__m256		wp = _mm256_broadcast_ss(a->scores + (size_t) h * stride + p);
+
+				_Pragma("GCC unroll 4")
+				for (int k = 0; k < NV; k++)
+					r[h][k] = _mm256_fmadd_ps(wp, v[k], r[h][k]);
+			}
+			off += M;
+			while (off >= bs)
+			{
+				off -= bs;
+				blk++;
+			}
+		}
+		_Pragma("GCC unroll 3")
+		for (int h = 0; h < NH; h++)
+			_Pragma("GCC unroll 4")
+			for (int k = 0; k < NV; k++)
+				part[h * 4 + k][j] = r[h][k];
+	}
+	_Pragma("GCC unroll 3")
+	for (int h = 0; h < NH; h++)
+		for (int k = 0; k < NV; k++)
+			_mm256_storeu_ps(a->out + (size_t) h * hd + dc + 8 * k,
+							 M == 16 ? reduce16_lanes(part[h * 4 + k]) : tree64_lanes(part[h * 4 + k]));
+}
+
 /*
  * Attention of NH query heads sharing a KV head, the arithmetic of
- * opus_fwd_attend_ref (llama.cpp's for a one-token batch) on vectors of 8
- * positions (scores) or 8 dimensions (output).
+ * opus_fwd_attend_ref (llama.cpp's) on vectors of 8 positions (scores) or
+ * 8 dimensions (output).
  */
 static inline __attribute__((always_inline)) void
 attend_n(const int NH, const struct opus_attn_args *a)
@@ -130,11 +255,14 @@ attend_n(const int NH, const struct opus_attn_args *a)
 	const int	hd = a->hd;
 	const int	n_kv = a->n_kv;
 	const int	bs = a->bs;
-	const int	np = hd & ~63;		/* dimensions in whole 64-wide steps */
+	const bool	gemm = a->gemm;
+	const int	np = hd & ~63;		/* vec_dot: dimensions in whole 64-wide steps */
+	const int	M = gemm ? 16 : 64; /* output: accumulators over positions */
 	const int	stride = (n_kv + 15) / 16 * 16;	/* per head in scores */
 	const __m256 scale = _mm256_set1_ps(a->scale);
 	float		qbuf[3 * 256];
-	__m256		acc[3][64];
+	__m256		acc[64];
+	__m256		part[12][64];	/* [head * 4 + vector][accumulator] */
 
 	/* queries rounded to F16, as llama.cpp's F16 K product does */
 	for (int i = 0; i < NH * hd; i += 8)
@@ -157,45 +285,26 @@ attend_n(const int NH, const struct opus_attn_args *a)
 		{
 			int			m = cnt - o < 8 ? cnt - o : 8;
 
-			for (int i = 0; i < 64; i++)
-			{
-				_Pragma("GCC unroll 3")
-				for (int h = 0; h < NH; h++)
-					acc[h][i] = _mm256_setzero_ps();
-				for (int d = i; d < np; d += 64)
-				{
-					__m256		kv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *) (kb + (size_t) d * bs + o)));
-
-					_Pragma("GCC unroll 3")
-					for (int h = 0; h < NH; h++)
-						acc[h][i] = _mm256_fmadd_ps(_mm256_broadcast_ss(qbuf + (size_t) h * hd + d), kv, acc[h][i]);
-				}
-			}
-			_Pragma("GCC unroll 3")
 			for (int h = 0; h < NH; h++)
 			{
-				float	   *sc = a->scores + (size_t) h * stride + p0 + o;
+				const float *qh = qbuf + (size_t) h * hd;
 				float		tmp[8];
 
-				_mm256_storeu_ps(tmp, tree64_lanes(acc[h]));
-				for (int j = 0; j < m; j++)
+				_mm256_storeu_ps(tmp, scores8(qh, kb + o, bs, hd, gemm, acc));
+				if (!gemm && np < hd)
 				{
-					float		r = tmp[j];
-
-					if (np < hd)
+					/* vec_dot's tail of hd % 64 products, added in double */
+					for (int j = 0; j < m; j++)
 					{
-						/* a tail of hd % 64 products, added in double */
-						double		sd = (double) r;
+						double		sd = (double) tmp[j];
 
 						for (int d = np; d < hd; d++)
-							sd += (double) (qbuf[(size_t) h * hd + d] *
-											opus_fp16_to_fp32(kb[(size_t) d * bs + o + j]));
-						r = (float) sd;
+							sd += (double) (qh[d] * opus_fp16_to_fp32(kb[(size_t) d * bs + o + j]));
+						tmp[j] = (float) sd;
 					}
-					tmp[j] = r;
 				}
 				_mm256_storeu_ps(tmp, opaque(_mm256_mul_ps(_mm256_loadu_ps(tmp), scale)));
-				memcpy(sc, tmp, sizeof(float) * m);
+				memcpy(a->scores + (size_t) h * stride + p0 + o, tmp, sizeof(float) * m);
 			}
 		}
 	}
@@ -203,33 +312,13 @@ attend_n(const int NH, const struct opus_attn_args *a)
 	for (int h = 0; h < NH; h++)
 		softmax_ggml(a->scores + (size_t) h * stride, n_kv);
 
-	/* output, 8 dimensions at a time: position p into accumulator p % 64 */
-	for (int d0 = 0; d0 < hd; d0 += 8)
+	/* output, 32 (or a last 16) dimensions at a time */
+	for (int dc = 0; dc < hd; dc += 32)
 	{
-		_Pragma("GCC unroll 3")
-		for (int h = 0; h < NH; h++)
-			for (int i = 0; i < 64; i++)
-				acc[h][i] = _mm256_setzero_ps();
-		for (int p0 = 0; p0 < n_kv; p0 += bs)
-		{
-			const uint16_t *vb = (const uint16_t *) (a->kv_mem +
-													 (size_t) a->blocks[p0 / bs] * a->block_bytes + a->v_off);
-			int			cnt = n_kv - p0 < bs ? n_kv - p0 : bs;
-
-			for (int j = 0; j < cnt; j++)
-			{
-				int			p = p0 + j;
-				__m256		v = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *) (vb + (size_t) j * hd + d0)));
-
-				_Pragma("GCC unroll 3")
-				for (int h = 0; h < NH; h++)
-					acc[h][p & 63] = _mm256_fmadd_ps(_mm256_broadcast_ss(a->scores + (size_t) h * stride + p),
-													 v, acc[h][p & 63]);
-			}
-		}
-		_Pragma("GCC unroll 3")
-		for (int h = 0; h < NH; h++)
-			_mm256_storeu_ps(a->out + (size_t) h * hd + d0, tree64_lanes(acc[h]));
+		if (hd - dc >= 32)
+			attend_out(NH, 4, a, dc, stride, M, part);
+		else
+			attend_out(NH, 2, a, dc, stride, M, part);
 	}
 }
 

@@ -108,12 +108,15 @@ tree64(const float *acc)
 
 /*
  * Attention of one query token the way llama.cpp's CPU graph computes it
- * for a one-token batch (flash attention off): KQ = ggml_vec_dot_f16 of the
- * query rounded to F16 with each F16 key; soft_max_ext: times scale, max,
+ * (flash attention off).  For a one-token batch (a->gemm false): KQ =
+ * ggml_vec_dot_f16 of the query rounded to F16 with each F16 key; soft_max_ext: times scale, max,
  * e = exp(s - max) with the vector exp, summed 16 positions at a time
  * (reduced in float, accumulated in double; positions from 0), weights
  * e * (float) (1 / sum) rounded to F16; output dimension d =
  * ggml_vec_dot_f16 over the positions of the weights with V's column d.
+ * For a multi-token batch (a->gemm) both products go through llamafile's
+ * tinyBLAS instead (16 lanes, element i into lane i % 16, fused, lanes
+ * reduced); the softmax is the same.
  */
 void
 opus_fwd_attend_ref(const struct opus_attn_args *a)
@@ -123,6 +126,8 @@ opus_fwd_attend_ref(const struct opus_attn_args *a)
 	int			n = a->n_kv;
 	int			stride = (n + 15) / 16 * 16;
 	int			np = hd & ~63;	/* dimensions in whole 64-wide steps */
+	bool		gemm = a->gemm && hd % 16 == 0;
+	int			M = gemm ? 16 : 64; /* output accumulators over positions */
 
 	for (int h = 0; h < a->n_h; h++)
 	{
@@ -140,19 +145,30 @@ opus_fwd_attend_ref(const struct opus_attn_args *a)
 			float		acc[64] = {0};
 			double		dot;
 
-			/*
-			 * ggml_vec_dot_f16 of the query rounded to F16 and the key:
-			 * dimension d of the whole 64-wide steps into accumulator d % 64
-			 * (fused), the accumulators combined by tree64, a tail of hd % 64
-			 * products (rounded to float) added in double
-			 */
-			for (int d = 0; d < np; d++)
-				acc[d & 63] = fmaf(opus_fp16_to_fp32(opus_fp32_to_fp16(q[d])),
-								   opus_fp16_to_fp32(kb[(size_t) d * bs]), acc[d & 63]);
-			dot = (double) tree64(acc);
-			for (int d = np; d < hd; d++)
-				dot += (double) (opus_fp16_to_fp32(opus_fp32_to_fp16(q[d])) *
-								 opus_fp16_to_fp32(kb[(size_t) d * bs]));
+			if (gemm)
+			{
+				/* tinyBLAS: dimension d into lane d % 16 (fused), lanes reduced */
+				for (int d = 0; d < hd; d++)
+					acc[d & 15] = fmaf(opus_fp16_to_fp32(opus_fp32_to_fp16(q[d])),
+									   opus_fp16_to_fp32(kb[(size_t) d * bs]), acc[d & 15]);
+				dot = (double) reduce16(acc);
+			}
+			else
+			{
+				/*
+				 * ggml_vec_dot_f16 of the query rounded to F16 and the key:
+				 * dimension d of the whole 64-wide steps into accumulator d %
+				 * 64 (fused), the accumulators combined by tree64, a tail of
+				 * hd % 64 products (rounded to float) added in double
+				 */
+				for (int d = 0; d < np; d++)
+					acc[d & 63] = fmaf(opus_fp16_to_fp32(opus_fp32_to_fp16(q[d])),
+									   opus_fp16_to_fp32(kb[(size_t) d * bs]), acc[d & 63]);
+				dot = (double) tree64(acc);
+				for (int d = np; d < hd; d++)
+					dot += (double) (opus_fp16_to_fp32(opus_fp32_to_fp16(q[d])) *
+									 opus_fp16_to_fp32(kb[(size_t) d * bs]));
+			}
 			s[p] = (float) dot * a->scale;
 			if (s[p] > max)
 				max = s[p];
@@ -169,7 +185,11 @@ opus_fwd_attend_ref(const struct opus_attn_args *a)
 		inv = (float) (1.0 / sum);
 		for (int p = 0; p < n; p++)
 			s[p] = opus_fp16_to_fp32(opus_fp32_to_fp16(s[p] * inv));
-		/* V: accumulator p % 64 takes position p (the zero-weight rest adds nothing) */
+		/*
+		 * V: accumulator p % M takes position p (fused; llama.cpp's zero
+		 * weights of the padded positions add nothing), combined as
+		 * ggml_vec_dot_f16 (tree64) or tinyBLAS (reduce16) does
+		 */
 		for (int d = 0; d < hd; d++)
 		{
 			float		acc[64] = {0};
@@ -179,9 +199,9 @@ opus_fwd_attend_ref(const struct opus_attn_args *a)
 				const uint16_t *vr = (const uint16_t *) (a->kv_mem + (size_t) a->blocks[p / bs] * a->block_bytes +
 														 a->v_off) + (size_t) (p % bs) * hd;
 
-				acc[p & 63] = fmaf(s[p], opus_fp16_to_fp32(vr[d]), acc[p & 63]);
+				acc[p & (M - 1)] = fmaf(s[p], opus_fp16_to_fp32(vr[d]), acc[p & (M - 1)]);
 			}
-			out[d] = tree64(acc);
+			out[d] = gemm ? reduce16(acc) : tree64(acc);
 		}
 	}
 }

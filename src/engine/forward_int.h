@@ -40,6 +40,12 @@ struct opus_attn_args
 	size_t		k_off;
 	size_t		v_off;
 	float	   *scores;			/* scratch: n_h * (n_kv rounded up to 16) floats */
+	/*
+	 * false: llama.cpp's order for a one-token batch (ggml_vec_dot_f16);
+	 * true: its order for a multi-token batch (llamafile tinyBLAS, 16
+	 * lanes; needs hd % 16 == 0)
+	 */
+	bool		gemm;
 };
 
 typedef void (*opus_attend_fn) (const struct opus_attn_args *a);
