@@ -172,8 +172,10 @@ if [ $setup_ok -eq 1 ]; then
 	mkdir -p "$WORK/repo"
 	# A copy of the work tree (without .git and build outputs) that the
 	# unprivileged user can read and write.
+	# models/moe (generated MoE models, GBs) stays out; the moe suite
+	# copies the one model the TAP tests use.
 	tar -C "$ROOT" --exclude=./.git --exclude=./build --exclude=./tmp_check \
-		--exclude=./results -cf - . | tar -C "$WORK/repo" -xf -
+		--exclude=./results --exclude=./models/moe -cf - . | tar -C "$WORK/repo" -xf -
 	if [ "$(id -u)" -eq 0 ]; then
 		PGUSER_RUN=postgres
 		chown -R postgres: "$WORK"
