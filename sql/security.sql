@@ -136,9 +136,10 @@ GRANT INSERT ON public.opus_trap TO PUBLIC;
 CREATE TABLE public.opus_planted (drop_cmd text);
 SELECT plant('public');
 SELECT count(*) AS planted FROM public.opus_planted;
+SELECT count(*) AS log_rows_before FROM opus_requests \gset
 SELECT opus_generate('Logger trap check', max_tokens => 2, temperature => 0) IS NOT NULL AS generated;
-SELECT sec_wait($$SELECT count(*) > 0 FROM opus_requests WHERE status <> 'running'
-                  AND submitted_at > now() - interval '1 minute'$$) AS logged;
+SELECT sec_wait(pg_catalog.format($$SELECT count(*) > %s FROM opus_requests$$, :log_rows_before)) AS logged;
+SELECT sec_wait($$SELECT log_pending = 0 FROM pg_stat_opus_engine$$) AS log_flushed;
 SELECT what, who FROM public.opus_trap ORDER BY 1, 2;
 DO $$
 DECLARE
