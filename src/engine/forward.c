@@ -544,6 +544,8 @@ attend(struct opus_fwd_state *fs, int layer, int t, int h0, int n_h, float *scor
 		.v_off = (size_t) layer * kv->layer_bytes + kv->kv_half_bytes +
 		(size_t) kvh * kv->block_size * hd * 2,
 		.scores = scores,
+		.gemm = fs->c->params.llama_batch_order &&
+		fs->items[fs->item[t]].n_tokens > 1 && hd % 16 == 0,
 	};
 
 	fs->attend(&a);

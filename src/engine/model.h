@@ -102,6 +102,17 @@ struct opus_ctx_params
 	int			n_ctx;			/* max positions per sequence (<= n_ctx_train unless allowed) */
 	void	   *kv_memory;		/* optional caller-provided pool (NULL: allocate) */
 	size_t		kv_memory_size;
+
+	/*
+	 * Attention as llama.cpp's CPU backend computes it for a multi-token
+	 * batch (llamafile tinyBLAS order) for every sequence with more than
+	 * one token in an opus_forward call; false (the default): always its
+	 * one-token-batch order (ggml_vec_dot_f16).  True makes the logits
+	 * bit-identical to llama.cpp's for the same split of a sequence into
+	 * calls (e.g. prompt in one call, then one token per call), but makes
+	 * them depend on that split; false keeps them independent of it.
+	 */
+	bool		llama_batch_order;
 };
 
 /* Bytes of KV pool memory a context with these params needs. */
