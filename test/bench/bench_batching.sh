@@ -29,16 +29,19 @@
 # Needs a server with opus_pg preloaded, opus.max_requests >= the largest
 # level, and pgbench.  Env: LEVELS ("1 4 16 32"), TOKENS (64), REQS (2),
 # ROUNDS (3; every figure is the median over rounds),
-# LLAMA_SERVER (path), MODEL (the GGUF llama.cpp loads; default: the
-# repository's default model), THREADS (2, llama.cpp's threads; match
-# opus.threads), SKIP_LLAMA (1 = opus_pg only).
+# LLAMA_SERVER (path), LLAMA_ARGS (extra llama-server options, default
+# "--poll 0": no busy-waiting threads, much faster on a shared machine),
+# MODEL (the GGUF llama.cpp loads; default: the repository's default model),
+# THREADS (llama.cpp's threads; default: the server's opus.threads),
+# SKIP_LLAMA (1 = opus_pg only).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 repo=$PWD
 LEVELS=${LEVELS:-1 4 16 32}
 TOKENS=${TOKENS:-64}
 REQS=${REQS:-2}
-THREADS=${THREADS:-2}
+THREADS=${THREADS:-}
+LLAMA_ARGS=${LLAMA_ARGS:---poll 0}
 MODEL=${MODEL:-$repo/models/SmolLM2-135M-Instruct.Q4_1.gguf}
 SKIP_LLAMA=${SKIP_LLAMA:-0}
 ROUNDS=${ROUNDS:-3}
@@ -47,6 +50,9 @@ CONN=("$@")
 PSQL=(psql -X -q -At -v ON_ERROR_STOP=1 "$@")
 now() { date +%s.%N; }
 engine_tokens() { "${PSQL[@]}" -c 'SELECT tokens_generated FROM opus_engine'; }
+# llama.cpp gets the engine's thread count unless THREADS says otherwise
+THREADS=${THREADS:-$("${PSQL[@]}" -c 'SHOW opus.threads')}
+[ "$THREADS" = 0 ] && THREADS=$(nproc)
 
 work=$(mktemp -d /tmp/bench_batching.XXXXXX)
 chmod 755 "$work"
@@ -130,7 +136,8 @@ run_llama_round() {
 	python3 "$repo/test/bench/bench_batching_llama.py" --mode "$llama_mode" \
 		--server-bin "${LLAMA_SERVER:-llama-server}" --model "$MODEL" \
 		--prompts "$work/prompts.txt" --levels "$(echo $LEVELS | tr ' ' ,)" \
-		--tokens "$TOKENS" --reqs "$REQS" --threads "$THREADS" --logdir "$work" |
+		--tokens "$TOKENS" --reqs "$REQS" --threads "$THREADS" --logdir "$work" \
+		--server-args "$LLAMA_ARGS" |
 		while read -r line; do
 			[[ $line == level* ]] || continue
 			get() { sed -E "s/.*$1=([0-9.a-z]+).*/\1/" <<<"$line"; }
@@ -163,7 +170,7 @@ first=${LEVELS%% *}
 echo
 echo "continuous batching: opus_generate, ${TOKENS}-token outputs, $REQS requests per session, greedy;"
 echo "medians of $ROUNDS rounds (opus_pg then llama.cpp in each round)"
-echo "llama.cpp: $llama_mode ($([ "$llama_mode" = server ] && echo "llama-server, one parallel slot per session, continuous batching" || echo "one request at a time"))"
+echo "llama.cpp: $llama_mode ($([ "$llama_mode" = server ] && echo "llama-server $LLAMA_ARGS, one parallel slot per session, continuous batching" || echo "one request at a time")); $THREADS thread(s) each"
 echo "load average (1 min) after each half-round: ${loads[*]}  ($(nproc) cores; rerun when busy)"
 echo
 printf '| sessions | opus_pg tok/s | x 1 session | ttft p50 ms | ttft p99 ms | itl p50 ms | preempt | llama.cpp tok/s | ttft p50 ms | ttft p99 ms | itl p50 ms | opus/llama |\n'

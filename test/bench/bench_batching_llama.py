@@ -117,7 +117,7 @@ def start_server(a, n):
     ctx_per_slot = 512
     cmd = [a.server_bin, "-m", a.model, "-t", str(a.threads), "-tb", str(a.threads),
            "-c", str(ctx_per_slot * n), "-np", str(n), "--port", str(a.port),
-           "--host", "127.0.0.1", "-b", "512", "--no-webui"]
+           "--host", "127.0.0.1", "-b", "512", "--no-webui"] + a.server_args.split()
     log = open(os.path.join(a.logdir, "llama-server-%d.log" % n), "w")
     p = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
     deadline = time.time() + 120
@@ -180,6 +180,7 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--server-bin", default="llama-server")
     ap.add_argument("--port", type=int, default=18080)
+    ap.add_argument("--server-args", default="", help="extra llama-server options")
     ap.add_argument("--logdir", default="/tmp")
     a = ap.parse_args()
     with open(a.prompts) as f:
