@@ -687,6 +687,30 @@ opus_proto_encode_hello(struct opus_proto_writer *w, const struct opus_proto_hel
 	opus_proto_w_u32(w, (uint32_t) m->kv_cache_type);
 }
 
+/*
+ * Read the magic number and protocol version that open HELLO and READY, and
+ * check both; on a mismatch set *why (bad_magic: the message's own wording)
+ * and return false.
+ */
+static inline bool
+opus_proto_r_magic_version(struct opus_proto_reader *r, const char *bad_magic,
+						   uint32_t *magic, uint32_t *version, const char **why)
+{
+	*magic = opus_proto_r_u32(r);
+	*version = opus_proto_r_u32(r);
+	if (*magic != OPUS_PROTO_MAGIC)
+	{
+		*why = bad_magic;
+		return false;
+	}
+	if (*version != OPUS_PROTO_VERSION)
+	{
+		*why = "protocol version mismatch";
+		return false;
+	}
+	return true;
+}
+
 static inline bool
 opus_proto_parse_hello(const uint8_t *buf, size_t len,
 					   struct opus_proto_hello *m, const char **why)
@@ -700,18 +724,9 @@ opus_proto_parse_hello(const uint8_t *buf, size_t len,
 		*why = "HELLO has the wrong size";
 		return false;
 	}
-	m->magic = opus_proto_r_u32(&r);
-	m->version = opus_proto_r_u32(&r);
-	if (m->magic != OPUS_PROTO_MAGIC)
-	{
-		*why = "HELLO has a bad magic number";
+	if (!opus_proto_r_magic_version(&r, "HELLO has a bad magic number",
+									&m->magic, &m->version, why))
 		return false;
-	}
-	if (m->version != OPUS_PROTO_VERSION)
-	{
-		*why = "protocol version mismatch";
-		return false;
-	}
 	m->n_threads = (int32_t) opus_proto_r_u32(&r);
 	m->n_ctx = (int32_t) opus_proto_r_u32(&r);
 	m->kv_cache_bytes = (int64_t) opus_proto_r_u64(&r);
@@ -800,18 +815,9 @@ opus_proto_parse_ready(const uint8_t *buf, size_t len,
 		*why = "READY has the wrong size";
 		return false;
 	}
-	m->magic = opus_proto_r_u32(&r);
-	m->version = opus_proto_r_u32(&r);
-	if (m->magic != OPUS_PROTO_MAGIC)
-	{
-		*why = "READY has a bad magic number";
+	if (!opus_proto_r_magic_version(&r, "READY has a bad magic number",
+									&m->magic, &m->version, why))
 		return false;
-	}
-	if (m->version != OPUS_PROTO_VERSION)
-	{
-		*why = "protocol version mismatch";
-		return false;
-	}
 	m->n_params = (int64_t) opus_proto_r_u64(&r);
 	m->n_ctx = (int32_t) opus_proto_r_u32(&r);
 	m->n_ctx_train = (int32_t) opus_proto_r_u32(&r);
