@@ -165,6 +165,56 @@ SELECT r.run_by, r.owner, r.status, r.rows_done FROM opus_job_run AS r JOIN opus
 WHERE j.name = 'alice_job';
 SELECT count(*) AS alice_results FROM alice_out;
 
+-- A job's SQL runs as its owner in a security-restricted operation: it
+-- cannot SET ROLE back to whoever runs it (a superuser, pg_cron), neither
+-- when the runner is the superuser nor when a superuser session did SET
+-- ROLE to the owner first, and settings it changes do not outlive the run.
+SET ROLE regress_opus_alice;
+SELECT opus_job_create('alice_escalate', 'alice_docs', '{id}', target_table => 'alice_escalate_out',
+                       prompt_expression => $$set_config('role', session_user::text, true) || body$$,
+                       options => '{"max_tokens": 2, "temperature": 0}') > 0 AS created;
+SELECT opus_job_create('alice_auth', 'alice_docs', '{id}', target_table => 'alice_auth_out',
+                       prompt_expression => $$set_config('session_authorization', session_user::text, true) || body$$,
+                       options => '{"max_tokens": 2, "temperature": 0}') > 0 AS created;
+SELECT opus_job_create('alice_setting', 'alice_docs', '{id}', target_table => 'alice_setting_out',
+                       prompt_expression => $$body || set_config('search_path', 'pg_temp, alice_trap', false)$$,
+                       options => '{"max_tokens": 2, "temperature": 0}') > 0 AS created;
+CALL opus_job_run('alice_escalate');
+SELECT current_user, current_setting('role') AS role_setting;
+RESET ROLE;
+CALL opus_job_run('alice_escalate');
+CALL opus_job_run('alice_auth');
+SELECT current_user = session_user AS role_restored;
+SHOW search_path;
+CALL opus_job_run('alice_setting');
+SHOW search_path;
+SELECT count(*) AS setting_results FROM alice_setting_out;
+SELECT count(*) AS escalate_items FROM opus_job_item AS i JOIN opus_job AS j ON j.id = i.job_id
+WHERE j.name IN ('alice_escalate', 'alice_auth');
+-- The owner edits her job's target to a table she does not own: a
+-- superuser dropping the job with its target must not drop that table.
+SET ROLE regress_opus_alice;
+UPDATE opus_job SET target_table = 'public.docs' WHERE name = 'alice_setting';
+RESET ROLE;
+SELECT try($$SELECT opus_job_drop('alice_setting', drop_target => true)$$);
+SELECT to_regclass('public.docs') IS NOT NULL AS docs_kept, count(*) AS alice_setting_jobs
+FROM opus_job WHERE name = 'alice_setting';
+-- A new prompt expression is checked as the owner, too.
+SELECT try($$SELECT opus_job_alter('alice_escalate', prompt_expression => 'body || (SELECT count(*) FROM docs)::text')$$);
+SET ROLE regress_opus_alice;
+UPDATE opus_job SET target_table = 'alice_setting_out' WHERE name = 'alice_setting';
+RESET ROLE;
+SELECT opus_job_drop('alice_setting', drop_target => true) AND opus_job_drop('alice_escalate', drop_target => true)
+       AND opus_job_drop('alice_auth', drop_target => true) AS dropped;
+-- Work-list and run-log rows belong to their job's owner: bob cannot add
+-- any to alice's job, under his name (foreign key) or hers (row security).
+SELECT id AS alice_job_id FROM opus_job WHERE name = 'alice_job' \gset
+SET ROLE regress_opus_bob;
+SELECT try(format($$INSERT INTO opus_job_item (job_id, owner, key) VALUES (%s, 'regress_opus_bob', '{"id": 9}')$$, :alice_job_id));
+SELECT try(format($$INSERT INTO opus_job_item (job_id, owner, key) VALUES (%s, 'regress_opus_alice', '{"id": 9}')$$, :alice_job_id));
+SELECT try(format($$INSERT INTO opus_job_run (job_id, owner, pid, run_by) VALUES (%s, 'regress_opus_bob', 1, 'regress_opus_bob')$$, :alice_job_id));
+RESET ROLE;
+
 -- Changing the prompt applies to the rows not done; dropping removes it all.
 SELECT 'altered' AS done FROM opus_job_alter('notes', prompt_template => '{{k}}: {{body}}', concurrency => 2);
 SELECT prompt_template, prompt_expression, concurrency FROM opus_job WHERE name = 'notes';

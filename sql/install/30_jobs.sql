@@ -21,9 +21,10 @@
 --
 -- Security (modelled on pg_cron): a job belongs to the role that created it
 -- and always runs with that role's privileges: a member of the owner role
--- (or a superuser) running it switches to the owner with SET LOCAL ROLE in
--- every transaction of the run, so an error or the end of the run switches
--- back.  The job tables have row-level security: a role sees and changes
+-- (or a superuser) running it switches to the owner in every transaction of
+-- the run, inside a security-restricted operation (opus_job_enter_owner,
+-- src/pg/jobs.c), so the owner's SQL cannot SET ROLE back to the runner or
+-- leave settings behind, and the commit or an error switches back.  The job tables have row-level security: a role sees and changes
 -- only jobs of roles it is a member of; pg_read_all_stats may see all.
 -- Identifiers are quoted with format('%I'), stored names are re-parsed,
 -- templates only copy values (opus_render), and every operator in static
@@ -52,6 +53,7 @@ CREATE TABLE @extschema@.opus_job (
         CHECK (commit_every OPERATOR(pg_catalog.>=) 1),
     created_at timestamp with time zone NOT NULL DEFAULT pg_catalog.now(),
     UNIQUE (owner, name),
+    UNIQUE (id, owner),         -- for the work list's and run log's foreign keys
     CHECK (pg_catalog.num_nonnulls(source, source_query) OPERATOR(pg_catalog.=) 1),
     CHECK (pg_catalog.num_nonnulls(prompt_template, prompt_expression) OPERATOR(pg_catalog.=) 1)
 );
@@ -59,7 +61,7 @@ CREATE TABLE @extschema@.opus_job (
 COMMENT ON TABLE @extschema@.opus_job IS 'batch job definitions (opus_job_create); row-level security shows each role its own jobs';
 
 CREATE TABLE @extschema@.opus_job_item (
-    job_id bigint NOT NULL REFERENCES @extschema@.opus_job (id) ON DELETE CASCADE,
+    job_id bigint NOT NULL,
     item_id bigint GENERATED ALWAYS AS IDENTITY,
     owner regrole NOT NULL,
     key jsonb NOT NULL,         -- the source row's key columns
@@ -76,7 +78,11 @@ CREATE TABLE @extschema@.opus_job_item (
     cached_tokens integer,
     finished_at timestamp with time zone,
     PRIMARY KEY (job_id, item_id),
-    UNIQUE (job_id, key)
+    UNIQUE (job_id, key),
+    -- (job, owner) must be the job's: row-level security checks the owner
+    -- column, and a foreign key check does not see through it.
+    FOREIGN KEY (job_id, owner) REFERENCES @extschema@.opus_job (id, owner)
+        ON DELETE CASCADE ON UPDATE CASCADE
 );
 
 CREATE INDEX opus_job_item_pending ON @extschema@.opus_job_item (job_id, item_id)
@@ -86,7 +92,7 @@ COMMENT ON TABLE @extschema@.opus_job_item IS 'one row per source row of a job: 
 
 CREATE TABLE @extschema@.opus_job_run (
     id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-    job_id bigint NOT NULL REFERENCES @extschema@.opus_job (id) ON DELETE CASCADE,
+    job_id bigint NOT NULL,
     owner regrole NOT NULL,
     pid integer NOT NULL,
     run_by regrole NOT NULL,
@@ -108,7 +114,9 @@ CREATE TABLE @extschema@.opus_job_run (
     completion_tokens bigint NOT NULL DEFAULT 0,
     cached_tokens bigint NOT NULL DEFAULT 0,
     last_error text,
-    last_error_at timestamp with time zone
+    last_error_at timestamp with time zone,
+    FOREIGN KEY (job_id, owner) REFERENCES @extschema@.opus_job (id, owner)
+        ON DELETE CASCADE ON UPDATE CASCADE
 );
 
 CREATE INDEX opus_job_run_job ON @extschema@.opus_job_run (job_id, id);
@@ -179,21 +187,33 @@ AS $$ SELECT 1869641075 $$;   -- 'opus' as a little-endian int4
 COMMENT ON FUNCTION @extschema@.opus_job_lock_space()
 IS 'internal: the first key of the advisory lock a running job holds (the second is the job id)';
 
--- Start a transaction of a run of job j: switch to the owner role for this
--- transaction (SET LOCAL ROLE, so an error or the commit switches back) and
--- take the job's transaction-level advisory lock.  False if another run
--- holds the lock.  Called after every COMMIT of opus_job_run.
+CREATE FUNCTION @extschema@.opus_job_enter_owner(owner regrole)
+RETURNS void
+LANGUAGE c VOLATILE STRICT PARALLEL UNSAFE
+AS 'MODULE_PATHNAME', 'opus_job_enter_owner';
+
+COMMENT ON FUNCTION @extschema@.opus_job_enter_owner(regrole)
+IS 'internal: run the rest of this transaction as the job owner, inside a security-restricted operation (no SET ROLE back, settings changed by the owner''s code undone at commit)';
+
+CREATE FUNCTION @extschema@.opus_job_execute_as(owner regrole, sql text)
+RETURNS void
+LANGUAGE c VOLATILE STRICT PARALLEL UNSAFE
+AS 'MODULE_PATHNAME', 'opus_job_execute_as';
+
+COMMENT ON FUNCTION @extschema@.opus_job_execute_as(regrole, text)
+IS 'internal: run one statement as the job owner inside a security-restricted operation';
+
+-- Start a transaction of a run of job j: switch to the owner for this
+-- transaction (opus_job_enter_owner: the owner's privileges inside a
+-- security-restricted operation, switched back at the commit or by an
+-- error) and take the job's transaction-level advisory lock.  False if
+-- another run holds the lock.  Called after every COMMIT of opus_job_run.
 CREATE FUNCTION @extschema@.opus_job_begin(j @extschema@.opus_job)
 RETURNS boolean
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
 AS $$
-DECLARE
-    owner_name text := (SELECT r.rolname FROM pg_catalog.pg_roles AS r
-                        WHERE r.oid OPERATOR(pg_catalog.=) j.owner::pg_catalog.oid);
 BEGIN
-    IF owner_name OPERATOR(pg_catalog.<>) CURRENT_USER THEN
-        EXECUTE pg_catalog.format('SET LOCAL ROLE %I', owner_name);
-    END IF;
+    PERFORM @extschema@.opus_job_enter_owner(j.owner);
     RETURN pg_catalog.pg_try_advisory_xact_lock(@extschema@.opus_job_lock_space(), j.id::integer);
 END
 $$;
@@ -691,8 +711,10 @@ BEGIN
             END IF;
         END LOOP;
     ELSIF prompt_expression IS NOT NULL THEN
-        EXECUTE pg_catalog.format('EXPLAIN SELECT (%s)::text FROM %s AS s', prompt_expression,
-                                  @extschema@.opus_job_source_sql(j));
+        -- as the owner: planning may run the owner's (immutable) functions
+        PERFORM @extschema@.opus_job_execute_as(j.owner,
+            pg_catalog.format('EXPLAIN SELECT (%s)::text FROM %s AS s', prompt_expression,
+                              @extschema@.opus_job_source_sql(j)));
     END IF;
     IF NOT pg_catalog.pg_try_advisory_xact_lock(@extschema@.opus_job_lock_space(), j.id::integer) THEN
         RAISE EXCEPTION 'opus job "%" is running', j.name USING ERRCODE = 'object_in_use';
@@ -757,7 +779,11 @@ BEGIN
     END IF;
     DELETE FROM @extschema@.opus_job AS o WHERE o.id OPERATOR(pg_catalog.=) j.id;
     IF drop_target THEN
-        EXECUTE pg_catalog.format('DROP TABLE IF EXISTS %s', @extschema@.opus_quote_relname(j.target_table));
+        -- as the owner: only a table the owner may drop (the stored name is
+        -- the owner's to edit, so a member or superuser must not drop
+        -- whatever it names with their own rights)
+        PERFORM @extschema@.opus_job_execute_as(j.owner,
+            pg_catalog.format('DROP TABLE IF EXISTS %s', @extschema@.opus_quote_relname(j.target_table)));
     END IF;
     RETURN true;
 END

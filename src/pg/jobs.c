@@ -11,10 +11,25 @@
  * the column the "body".  A "{{" with no "}}" after it is literal text.
  * Values are only ever copied into the prompt, never interpreted, so
  * rendering cannot inject anything.
+ *
+ * It also holds the switch to a job's owner (opus_job_enter_owner): every
+ * transaction of a run evaluates the owner's SQL (source query, prompt
+ * expression, the target's triggers) as the owner inside a
+ * security-restricted operation, the way PostgreSQL runs a materialized
+ * view's query or an index expression for maintenance: SET ROLE and SET
+ * SESSION AUTHORIZATION are refused there (so the owner's code cannot get
+ * back to the privileges of whoever runs the job, e.g. a superuser or
+ * pg_cron), so are temporary objects, cursors WITH HOLD and the like, and
+ * any setting the owner's code changes is undone at the end of the
+ * transaction.
  */
 #include "postgres.h"
 
 #include "access/xact.h"
+#include "executor/spi.h"
+#include "miscadmin.h"
+#include "utils/acl.h"
+#include "utils/guc.h"
 #include "catalog/pg_type.h"
 #include "fmgr.h"
 #include "lib/stringinfo.h"
@@ -27,6 +42,21 @@
 PG_FUNCTION_INFO_V1(opus_render);
 PG_FUNCTION_INFO_V1(opus_template_columns);
 PG_FUNCTION_INFO_V1(opus_job_check_not_in_block);
+PG_FUNCTION_INFO_V1(opus_job_enter_owner);
+PG_FUNCTION_INFO_V1(opus_job_execute_as);
+
+/*
+ * The state of the switch to a job owner: whom and what to switch back to at
+ * the commit of the transaction that switched (its abort undoes the switch
+ * by itself).
+ */
+static bool job_switched = false;
+static Oid	job_saved_userid = InvalidOid;
+static int	job_saved_sec_context = 0;
+static int	job_guc_nest_level = 0;
+static bool job_callbacks_registered = false;
+
+static void check_owner_member(Oid userid, Oid owner);
 
 /*
  * Find the next placeholder in s[pos..len): sets *start (at "{{"), *end
@@ -175,5 +205,132 @@ opus_job_check_not_in_block(PG_FUNCTION_ARGS)
 				 errmsg("opus_job_run cannot run inside a transaction block"),
 				 errdetail("A run commits its results in chunks."),
 				 errhint("CALL it on its own, outside BEGIN ... COMMIT.")));
+	PG_RETURN_VOID();
+}
+
+/*
+ * At the commit of a transaction that switched to a job owner: undo the
+ * settings the owner's code changed (the nest level opened at the switch)
+ * and switch back, before the next transaction starts.  This runs after
+ * the deferred triggers (they still fire as the owner).  An abort needs
+ * nothing: AbortTransaction restores the user, the security context and
+ * the settings itself.
+ */
+static void
+job_xact_callback(XactEvent event, void *arg)
+{
+	if (!job_switched)
+		return;
+	switch (event)
+	{
+		case XACT_EVENT_PRE_COMMIT:
+		case XACT_EVENT_PARALLEL_PRE_COMMIT:
+			AtEOXact_GUC(false, job_guc_nest_level);
+			SetUserIdAndSecContext(job_saved_userid, job_saved_sec_context);
+			job_switched = false;
+			break;
+		case XACT_EVENT_PRE_PREPARE:
+			ereport(ERROR,
+					(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+					 errmsg("cannot prepare a transaction of an opus job run")));
+			break;
+		case XACT_EVENT_ABORT:
+		case XACT_EVENT_PARALLEL_ABORT:
+			job_switched = false;
+			break;
+		default:
+			break;
+	}
+}
+
+/*
+ * opus_job_enter_owner(owner regrole): for the rest of this transaction, run
+ * as owner inside a security-restricted operation (see the top of the
+ * file).  The caller must be a member of owner (a superuser is a member of
+ * every role), as for SET ROLE; a second call in the same transaction must
+ * name the role already switched to.
+ */
+Datum
+opus_job_enter_owner(PG_FUNCTION_ARGS)
+{
+	Oid			owner = PG_GETARG_OID(0);
+	Oid			userid;
+	int			sec_context;
+
+	GetUserIdAndSecContext(&userid, &sec_context);
+	if (job_switched)
+	{
+		if (userid != owner)
+			ereport(ERROR,
+					(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+					 errmsg("this transaction already runs as another job owner")));
+		PG_RETURN_VOID();
+	}
+	check_owner_member(userid, owner);
+
+	/*
+	 * At the top level of the transaction only: a subtransaction's commit
+	 * would fold the nest level opened here into its parent's.
+	 */
+	if (IsSubTransaction())
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_TRANSACTION_STATE),
+				 errmsg("opus_job_enter_owner must be called at the top level of a transaction")));
+	if (!job_callbacks_registered)
+	{
+		RegisterXactCallback(job_xact_callback, NULL);
+		job_callbacks_registered = true;
+	}
+	job_saved_userid = userid;
+	job_saved_sec_context = sec_context;
+	job_guc_nest_level = NewGUCNestLevel();
+	SetUserIdAndSecContext(owner, sec_context | SECURITY_LOCAL_USERID_CHANGE |
+						   SECURITY_RESTRICTED_OPERATION);
+	job_switched = true;
+	PG_RETURN_VOID();
+}
+
+/* Refuse to act as owner unless the current user is a member of it. */
+static void
+check_owner_member(Oid userid, Oid owner)
+{
+	if (!OidIsValid(owner) || !is_member_of_role(userid, owner))
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("permission denied to act as role %u", owner),
+				 errdetail("Only members of the job owner's role may run, change or drop the job.")));
+}
+
+/*
+ * opus_job_execute_as(owner regrole, sql text): run one SQL statement as
+ * owner inside a security-restricted operation and switch back at once
+ * (an error switches back through the (sub)transaction abort).  Used where
+ * a member or a superuser changes or drops another role's job: checking a
+ * new prompt expression (planning may run the owner's immutable functions)
+ * and dropping the target table (only what the owner may drop).
+ */
+Datum
+opus_job_execute_as(PG_FUNCTION_ARGS)
+{
+	Oid			owner = PG_GETARG_OID(0);
+	char	   *sql = text_to_cstring(PG_GETARG_TEXT_PP(1));
+	Oid			userid;
+	int			sec_context;
+	int			nest_level;
+	int			ret;
+
+	GetUserIdAndSecContext(&userid, &sec_context);
+	check_owner_member(userid, owner);
+	nest_level = NewGUCNestLevel();
+	SetUserIdAndSecContext(owner, sec_context | SECURITY_LOCAL_USERID_CHANGE |
+						   SECURITY_RESTRICTED_OPERATION);
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	ret = SPI_execute(sql, false, 0);
+	if (ret < 0)
+		elog(ERROR, "SPI_execute failed: %s", SPI_result_code_string(ret));
+	SPI_finish();
+	AtEOXact_GUC(false, nest_level);
+	SetUserIdAndSecContext(userid, sec_context);
 	PG_RETURN_VOID();
 }
