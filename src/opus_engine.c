@@ -18,6 +18,8 @@ usage(FILE *f)
 			"  run       --model FILE --prompt TEXT [-n N] [--temp T] [--seed S] [--chat] [--threads N]\n"
 			"  bench     --model FILE [--prompt-tokens N] [--gen-tokens N] [--threads N]\n"
 			"  quantize  IN.gguf OUT.gguf TYPE\n"
+			"  genmodel  --shape NAME --type TYPE --out FILE [--seed S] [--layers N]\n"
+			"            (random weights, real shapes: tiny tiny-moe smollm2-135m llama3-8b mixtral-moe)\n"
 			"  logits    --model FILE ... (test and golden tooling)\n"
 			"  serve     --fd N (started by the opus_pg supervisor)\n"
 			"\n"
@@ -37,6 +39,7 @@ main(int argc, char **argv)
 		{"quantize", opus_cli_quantize},
 		{"logits", opus_cli_logits},
 		{"serve", opus_cli_serve},
+		{"genmodel", opus_cli_genmodel},
 	};
 
 	if (argc < 2)

@@ -9,6 +9,7 @@
  *   quantize  quantize.c     write a GGUF in another tensor type
  *   serve     serve.c        the supervisor's engine (protocol on a socket fd)
  *   logits    cli_run.c      dump top logits for goldens / tests
+ *   genmodel  cli_genmodel.c write a random-weight GGUF with real model shapes
  */
 #ifndef OPUS_CLI_H
 #define OPUS_CLI_H
@@ -18,5 +19,6 @@ int			opus_cli_bench(int argc, char **argv);
 int			opus_cli_logits(int argc, char **argv);
 int			opus_cli_quantize(int argc, char **argv);
 int			opus_cli_serve(int argc, char **argv);
+int			opus_cli_genmodel(int argc, char **argv);
 
 #endif							/* OPUS_CLI_H */

@@ -157,9 +157,29 @@ enum opus_status opus_gguf_writer_add_tensor(struct opus_gguf_writer *w,
 											 enum opus_qtype type,
 											 const void *data, size_t nbytes,
 											 struct opus_error *err);
-/* Write a GGUF v3 file. */
+/* Write a GGUF v3 file (every tensor must have been added with its data). */
 enum opus_status opus_gguf_writer_write(struct opus_gguf_writer *w,
 										const char *path,
 										struct opus_error *err);
+
+/*
+ * Streaming (see gguf_write.c): declare a tensor whose data is supplied later
+ * through opus_gguf_writer_stream_data, in declaration order.  No keys or
+ * tensors can be added once the stream has begun; freeing the writer before
+ * stream_finish removes the partial file.
+ */
+enum opus_status opus_gguf_writer_add_tensor_info(struct opus_gguf_writer *w,
+												  const char *name, int n_dims,
+												  const int64_t *ne,
+												  enum opus_qtype type,
+												  struct opus_error *err);
+enum opus_status opus_gguf_writer_stream_begin(struct opus_gguf_writer *w,
+											   const char *path,
+											   struct opus_error *err);
+enum opus_status opus_gguf_writer_stream_data(struct opus_gguf_writer *w,
+											  const void *data, size_t nbytes,
+											  struct opus_error *err);
+enum opus_status opus_gguf_writer_stream_finish(struct opus_gguf_writer *w,
+												struct opus_error *err);
 
 #endif							/* OPUS_GGUF_H */

@@ -20,6 +20,18 @@
  * names are limited to 63 bytes, llama.cpp's limit.  The file is written to
  * "<path>.tmp" and renamed into place, so a failed write leaves no partial
  * file at path.
+ *
+ * Streaming (files larger than memory, e.g. generated test models): declare
+ * a tensor without its data with opus_gguf_writer_add_tensor_info(), then
+ * opus_gguf_writer_stream_begin() writes the header and directory (every
+ * offset is known from the shapes) and opus_gguf_writer_stream_data() takes
+ * the data of the declared tensors in order, in pieces of any size; the
+ * alignment padding after each tensor is written automatically, and tensors
+ * added with their data (opus_gguf_writer_add_tensor) are written when the
+ * stream reaches them.  opus_gguf_writer_stream_finish() checks that every
+ * byte was supplied and renames "<path>.tmp" into place; freeing the writer
+ * before that removes the temporary file.  The streaming path does not
+ * fsync (it exists for multi-gigabyte scratch files).
  */
 #include "gguf.h"
 
@@ -45,9 +57,16 @@ struct wtensor
 	int			n_dims;
 	int64_t		ne[OPUS_GGUF_MAX_DIMS];
 	enum opus_qtype type;
-	void	   *data;
+	void	   *data;			/* NULL: declared only, data streamed */
 	size_t		nbytes;
 	uint64_t	offset;			/* in the data section */
+};
+
+struct out
+{
+	FILE	   *f;
+	uint64_t	pos;
+	int			error;			/* errno of the first failed write, or 0 */
 };
 
 struct opus_gguf_writer
@@ -61,6 +80,14 @@ struct opus_gguf_writer
 	size_t		n_tensors;
 	size_t		cap_tensors;
 	uint64_t	data_size;		/* padded size of the data section so far */
+	size_t		n_deferred;		/* tensors declared without data */
+	/* streaming state (opus_gguf_writer_stream_*) */
+	bool		streaming;		/* begun and not finished */
+	struct out	so;
+	char	   *stream_path;
+	char	   *stream_tmp;
+	size_t		cur;			/* tensor whose data comes next */
+	size_t		cur_done;		/* bytes of it already written */
 };
 
 /*
@@ -99,6 +126,13 @@ opus_gguf_writer_free(struct opus_gguf_writer *w)
 		free(w->tensors[i].name);
 		free(w->tensors[i].data);
 	}
+	if (w->streaming)
+	{
+		fclose(w->so.f);
+		unlink(w->stream_tmp);
+	}
+	free(w->stream_path);
+	free(w->stream_tmp);
 	free(w->kvs);
 	free(w->tensors);
 	free(w);
@@ -152,6 +186,10 @@ opus_gguf_writer_add_raw(struct opus_gguf_writer *w, const char *key,
 	size_t		used;
 	struct wkv *kv;
 
+	if (w->streaming)
+		return opus_error_set(err, OPUS_ERR_INVALID_ARG,
+							  "key \"%.96s\": the file is already being written",
+							  key ? key : "");
 	st = check_name("key", key, SIZE_MAX, err);
 	if (st != OPUS_OK)
 		return st;
@@ -239,11 +277,14 @@ opus_gguf_writer_add_str(struct opus_gguf_writer *w, const char *key,
 	return st;
 }
 
-enum opus_status
-opus_gguf_writer_add_tensor(struct opus_gguf_writer *w, const char *name,
-							int n_dims, const int64_t *ne,
-							enum opus_qtype type, const void *data,
-							size_t nbytes, struct opus_error *err)
+/*
+ * Validate and append a tensor.  data NULL with deferred: declared only, its
+ * nbytes computed from the shape; else nbytes must match and data is copied.
+ */
+static enum opus_status
+add_tensor(struct opus_gguf_writer *w, const char *name, int n_dims,
+		   const int64_t *ne, enum opus_qtype type, const void *data,
+		   size_t nbytes, bool deferred, struct opus_error *err)
 {
 	enum opus_status st;
 	const struct opus_qtype_info *qi;
@@ -255,6 +296,10 @@ opus_gguf_writer_add_tensor(struct opus_gguf_writer *w, const char *name,
 	unsigned long long end;
 	struct wtensor *t;
 
+	if (w->streaming)
+		return opus_error_set(err, OPUS_ERR_INVALID_ARG,
+							  "tensor \"%.64s\": the file is already being written",
+							  name ? name : "");
 	st = check_name("tensor", name, OPUS_GGUF_MAX_NAME, err);
 	if (st != OPUS_OK)
 		return st;
@@ -293,11 +338,18 @@ opus_gguf_writer_add_tensor(struct opus_gguf_writer *w, const char *name,
 		expect > (unsigned long long) INT64_MAX)
 		return opus_error_set(err, OPUS_ERR_INVALID_ARG,
 							  "tensor \"%s\": byte size overflows", name);
-	if (nbytes != expect)
+	if (deferred)
+	{
+		if (expect > SIZE_MAX)
+			return opus_error_set(err, OPUS_ERR_INVALID_ARG,
+								  "tensor \"%s\": byte size overflows", name);
+		nbytes = (size_t) expect;
+	}
+	else if (nbytes != expect)
 		return opus_error_set(err, OPUS_ERR_INVALID_ARG,
 							  "tensor \"%s\": %zu bytes of data, expected %llu",
 							  name, nbytes, expect);
-	if (data == NULL)
+	if (data == NULL && !deferred)
 		return opus_error_set(err, OPUS_ERR_INVALID_ARG,
 							  "tensor \"%s\": no data", name);
 	if (opus_add_overflow_u64(expect, w->alignment - 1, &padded) ||
@@ -312,15 +364,18 @@ opus_gguf_writer_add_tensor(struct opus_gguf_writer *w, const char *name,
 	t = &w->tensors[w->n_tensors];
 	memset(t, 0, sizeof(*t));
 	t->name = strdup(name);
-	t->data = malloc(nbytes);
-	if (t->name == NULL || t->data == NULL)
+	t->data = deferred ? NULL : malloc(nbytes > 0 ? nbytes : 1);
+	if (t->name == NULL || (!deferred && t->data == NULL))
 	{
 		free(t->name);
 		free(t->data);
 		return opus_error_set(err, OPUS_ERR_NOMEM,
 							  "out of memory copying tensor \"%s\"", name);
 	}
-	memcpy(t->data, data, nbytes);
+	if (!deferred)
+		memcpy(t->data, data, nbytes);
+	else
+		w->n_deferred++;
 	t->n_dims = n_dims;
 	for (int d = 0; d < OPUS_GGUF_MAX_DIMS; d++)
 		t->ne[d] = d < n_dims ? ne[d] : 1;
@@ -332,14 +387,24 @@ opus_gguf_writer_add_tensor(struct opus_gguf_writer *w, const char *name,
 	return OPUS_OK;
 }
 
-/* ---- output ---- */
-
-struct out
+enum opus_status
+opus_gguf_writer_add_tensor(struct opus_gguf_writer *w, const char *name,
+							int n_dims, const int64_t *ne,
+							enum opus_qtype type, const void *data,
+							size_t nbytes, struct opus_error *err)
 {
-	FILE	   *f;
-	uint64_t	pos;
-	int			error;			/* errno of the first failed write, or 0 */
-};
+	return add_tensor(w, name, n_dims, ne, type, data, nbytes, false, err);
+}
+
+enum opus_status
+opus_gguf_writer_add_tensor_info(struct opus_gguf_writer *w, const char *name,
+								 int n_dims, const int64_t *ne,
+								 enum opus_qtype type, struct opus_error *err)
+{
+	return add_tensor(w, name, n_dims, ne, type, NULL, 0, true, err);
+}
+
+/* ---- output ---- */
 
 static void
 put(struct out *o, const void *p, size_t n)
@@ -387,24 +452,78 @@ put_pad(struct out *o, uint32_t alignment)
 	}
 }
 
+/* "<path>.tmp", malloc'd, or NULL. */
+static char *
+tmp_path(const char *path)
+{
+	size_t		plen = strlen(path);
+	char	   *tmp = malloc(plen + 5);
+
+	if (tmp != NULL)
+	{
+		memcpy(tmp, path, plen);
+		memcpy(tmp + plen, ".tmp", 5);
+	}
+	return tmp;
+}
+
+/* Header, key/values, tensor infos and the padding before the data. */
+static void
+put_header(struct opus_gguf_writer *w, struct out *o)
+{
+	bool		add_alignment = w->alignment != OPUS_GGUF_DEFAULT_ALIGNMENT &&
+		!w->has_alignment_key;
+
+	put(o, OPUS_GGUF_MAGIC, 4);
+	put_u32(o, OPUS_GGUF_VERSION);
+	put_u64(o, w->n_tensors);
+	put_u64(o, w->n_kv + (add_alignment ? 1 : 0));
+	for (size_t i = 0; i < w->n_kv; i++)
+	{
+		put_str(o, w->kvs[i].key);
+		put_u32(o, w->kvs[i].type);
+		put(o, w->kvs[i].val, w->kvs[i].size);
+	}
+	if (add_alignment)
+	{
+		put_str(o, "general.alignment");
+		put_u32(o, OPUS_GGUF_UINT32);
+		put_u32(o, w->alignment);
+	}
+	for (size_t i = 0; i < w->n_tensors; i++)
+	{
+		const struct wtensor *t = &w->tensors[i];
+
+		put_str(o, t->name);
+		put_u32(o, (uint32_t) t->n_dims);
+		for (int d = 0; d < t->n_dims; d++)
+			put_u64(o, (uint64_t) t->ne[d]);
+		put_u32(o, (uint32_t) t->type);
+		put_u64(o, t->offset);
+	}
+	put_pad(o, w->alignment);
+}
+
 enum opus_status
 opus_gguf_writer_write(struct opus_gguf_writer *w, const char *path,
 					   struct opus_error *err)
 {
 	struct out	o = {0};
-	bool		add_alignment;
 	char	   *tmp;
-	size_t		plen;
 	int			saved;
 
 	if (path == NULL || path[0] == '\0')
 		return opus_error_set(err, OPUS_ERR_INVALID_ARG, "no output path");
-	plen = strlen(path);
-	tmp = malloc(plen + 5);
+	if (w->streaming)
+		return opus_error_set(err, OPUS_ERR_INVALID_ARG,
+							  "the file is already being streamed");
+	if (w->n_deferred > 0)
+		return opus_error_set(err, OPUS_ERR_INVALID_ARG,
+							  "%zu tensors were declared without data: stream the file",
+							  w->n_deferred);
+	tmp = tmp_path(path);
 	if (tmp == NULL)
 		return opus_error_set(err, OPUS_ERR_NOMEM, "out of memory");
-	memcpy(tmp, path, plen);
-	memcpy(tmp + plen, ".tmp", 5);
 	o.f = fopen(tmp, "wb");
 	if (o.f == NULL)
 	{
@@ -414,36 +533,7 @@ opus_gguf_writer_write(struct opus_gguf_writer *w, const char *path,
 							  path, strerror(saved));
 	}
 
-	add_alignment = w->alignment != OPUS_GGUF_DEFAULT_ALIGNMENT &&
-		!w->has_alignment_key;
-	put(&o, OPUS_GGUF_MAGIC, 4);
-	put_u32(&o, OPUS_GGUF_VERSION);
-	put_u64(&o, w->n_tensors);
-	put_u64(&o, w->n_kv + (add_alignment ? 1 : 0));
-	for (size_t i = 0; i < w->n_kv; i++)
-	{
-		put_str(&o, w->kvs[i].key);
-		put_u32(&o, w->kvs[i].type);
-		put(&o, w->kvs[i].val, w->kvs[i].size);
-	}
-	if (add_alignment)
-	{
-		put_str(&o, "general.alignment");
-		put_u32(&o, OPUS_GGUF_UINT32);
-		put_u32(&o, w->alignment);
-	}
-	for (size_t i = 0; i < w->n_tensors; i++)
-	{
-		const struct wtensor *t = &w->tensors[i];
-
-		put_str(&o, t->name);
-		put_u32(&o, (uint32_t) t->n_dims);
-		for (int d = 0; d < t->n_dims; d++)
-			put_u64(&o, (uint64_t) t->ne[d]);
-		put_u32(&o, (uint32_t) t->type);
-		put_u64(&o, t->offset);
-	}
-	put_pad(&o, w->alignment);
+	put_header(w, &o);
 	for (size_t i = 0; i < w->n_tensors; i++)
 	{
 		put(&o, w->tensors[i].data, w->tensors[i].nbytes);
@@ -467,5 +557,139 @@ opus_gguf_writer_write(struct opus_gguf_writer *w, const char *path,
 							  path, strerror(saved));
 	}
 	free(tmp);
+	return OPUS_OK;
+}
+
+/* ---- streaming ---- */
+
+/* Write the tensors that already have their data, from w->cur on. */
+static void
+stream_held(struct opus_gguf_writer *w)
+{
+	while (w->cur < w->n_tensors && w->tensors[w->cur].data != NULL)
+	{
+		put(&w->so, w->tensors[w->cur].data, w->tensors[w->cur].nbytes);
+		put_pad(&w->so, w->alignment);
+		w->cur++;
+	}
+}
+
+/* Close the stream and remove the temporary file; returns the error. */
+static enum opus_status
+stream_fail(struct opus_gguf_writer *w, int saved, struct opus_error *err)
+{
+	fclose(w->so.f);
+	unlink(w->stream_tmp);
+	w->streaming = false;
+	return opus_error_set(err, OPUS_ERR_IO, "cannot write \"%s\": %s",
+						  w->stream_path, strerror(saved));
+}
+
+enum opus_status
+opus_gguf_writer_stream_begin(struct opus_gguf_writer *w, const char *path,
+							  struct opus_error *err)
+{
+	int			saved;
+
+	if (path == NULL || path[0] == '\0')
+		return opus_error_set(err, OPUS_ERR_INVALID_ARG, "no output path");
+	if (w->streaming || w->stream_path != NULL)
+		return opus_error_set(err, OPUS_ERR_INVALID_ARG,
+							  "this writer has already streamed a file");
+	w->stream_path = strdup(path);
+	w->stream_tmp = tmp_path(path);
+	if (w->stream_path == NULL || w->stream_tmp == NULL)
+		return opus_error_set(err, OPUS_ERR_NOMEM, "out of memory");
+	memset(&w->so, 0, sizeof(w->so));
+	w->so.f = fopen(w->stream_tmp, "wb");
+	if (w->so.f == NULL)
+	{
+		saved = errno;
+		return opus_error_set(err, OPUS_ERR_IO, "cannot create \"%s\": %s",
+							  path, strerror(saved));
+	}
+	w->streaming = true;
+	w->cur = 0;
+	w->cur_done = 0;
+	put_header(w, &w->so);
+	stream_held(w);
+	if (w->so.error != 0)
+		return stream_fail(w, w->so.error, err);
+	return OPUS_OK;
+}
+
+enum opus_status
+opus_gguf_writer_stream_data(struct opus_gguf_writer *w, const void *data,
+							 size_t nbytes, struct opus_error *err)
+{
+	const uint8_t *p = data;
+
+	if (!w->streaming)
+		return opus_error_set(err, OPUS_ERR_INVALID_ARG, "no file is being streamed");
+	if (nbytes > 0 && data == NULL)
+		return opus_error_set(err, OPUS_ERR_INVALID_ARG, "no data");
+	while (nbytes > 0)
+	{
+		struct wtensor *t;
+		size_t		k;
+
+		if (w->cur >= w->n_tensors)
+			return opus_error_set(err, OPUS_ERR_INVALID_ARG,
+								  "%zu bytes of data beyond the last tensor", nbytes);
+		t = &w->tensors[w->cur];
+		k = t->nbytes - w->cur_done;
+		if (k > nbytes)
+			k = nbytes;
+		put(&w->so, p, k);
+		p += k;
+		nbytes -= k;
+		w->cur_done += k;
+		if (w->cur_done == t->nbytes)
+		{
+			put_pad(&w->so, w->alignment);
+			w->cur++;
+			w->cur_done = 0;
+			stream_held(w);
+		}
+		if (w->so.error != 0)
+			return stream_fail(w, w->so.error, err);
+	}
+	return OPUS_OK;
+}
+
+enum opus_status
+opus_gguf_writer_stream_finish(struct opus_gguf_writer *w, struct opus_error *err)
+{
+	int			saved;
+
+	if (!w->streaming)
+		return opus_error_set(err, OPUS_ERR_INVALID_ARG, "no file is being streamed");
+	if (w->cur < w->n_tensors)
+	{
+		const struct wtensor *t = &w->tensors[w->cur];
+
+		fclose(w->so.f);
+		unlink(w->stream_tmp);
+		w->streaming = false;
+		return opus_error_set(err, OPUS_ERR_INVALID_ARG,
+							  "tensor \"%s\": %zu of %zu bytes of data supplied",
+							  t->name, w->cur_done, t->nbytes);
+	}
+	saved = w->so.error;
+	if (fflush(w->so.f) != 0 && saved == 0)
+		saved = errno ? errno : EIO;
+	if (saved != 0)
+		return stream_fail(w, saved, err);
+	w->streaming = false;
+	if (fclose(w->so.f) != 0)
+		saved = errno ? errno : EIO;
+	if (saved == 0 && rename(w->stream_tmp, w->stream_path) != 0)
+		saved = errno;
+	if (saved != 0)
+	{
+		unlink(w->stream_tmp);
+		return opus_error_set(err, OPUS_ERR_IO, "cannot write \"%s\": %s",
+							  w->stream_path, strerror(saved));
+	}
 	return OPUS_OK;
 }
