@@ -9,7 +9,7 @@
  *
  *   embed | for each layer:
  *     rmsnorm + quantize rows (a)     | Q,K,V = Wq,Wk,Wv x (+bias)         |
- *     RoPE, store K,V as F16 (b)      | attention, quantize its output (c) |
+ *     RoPE, store K,V (F16/Q8_0) (b)  | attention, quantize its output (c) |
  *     x += Wo att                     |
  *     rmsnorm + quantize rows (a)     | gate, up, silu(gate)*up, quantize  |
  *     x += Wdown h                    |
@@ -496,6 +496,25 @@ rope_apply(float *vec, int n_heads, int head_dim, int rope_dim, bool neox,
 /* Heads per attention work unit (heads of one KV group, at most 3). */
 #define ATTN_MAX_HEADS 3
 
+/*
+ * Quantize n (a multiple of 32) floats of src to Q8_0 as activations are
+ * (fs->act_q8_0): quants to qs, the group scales to ds[0], ds[ds_stride],
+ * ... (the KV cache keeps them apart from the quants, see kv.c).
+ */
+static void
+store_q8_0(const struct opus_fwd_state *fs, const float *src, int n, int8_t *qs,
+		   uint8_t *ds, size_t ds_stride)
+{
+	uint8_t		blk[34];
+
+	for (int b = 0; b < n / 32; b++)
+	{
+		fs->act_q8_0(src + 32 * b, blk, 32);
+		memcpy(qs + 32 * b, blk + 2, 32);
+		memcpy(ds + (size_t) b * ds_stride, blk, 2);
+	}
+}
+
 /* RoPE k (and q) of token t already done; store KV head g of token t into the cache. */
 static void
 store_kv(struct opus_fwd_state *fs, int layer, int t, int g)
@@ -503,18 +522,34 @@ store_kv(struct opus_fwd_state *fs, int layer, int t, int g)
 	const struct opus_hparams *hp = &fs->c->model->hp;
 	const struct opus_kv *kv = &fs->c->kv;
 	int			hd = hp->head_dim;
+	int			bs = kv->block_size;
 	int			p = fs->pos[t];
-	int32_t		blk = fs->items[fs->item[t]].seq->blocks[p / kv->block_size];
-	int			slot = p % kv->block_size;
+	int32_t		blk = fs->items[fs->item[t]].seq->blocks[p / bs];
+	int			slot = p % bs;
 	const float *kt = fs->k + (size_t) t * hp->n_head_kv * hd + (size_t) g * hd;
 	const float *vt = fs->v + (size_t) t * hp->n_head_kv * hd + (size_t) g * hd;
-	/* K transposed: [kv_head][dim][slot]; V: [kv_head][slot][dim] */
-	uint16_t   *kh = opus_kv_k(kv, blk, layer) + (size_t) g * kv->block_size * hd + slot;
-	uint16_t   *vh = opus_kv_v(kv, blk, layer) + ((size_t) g * kv->block_size + slot) * hd;
+	uint8_t    *kb = opus_kv_head(kv, blk, layer, false, g);
+	uint8_t    *vb = opus_kv_head(kv, blk, layer, true, g);
 
+	if (kv->type == OPUS_KV_Q8_0)
+	{
+		/* quants [slot][dim], then scales [group][slot] (F16) */
+		size_t		scales = (size_t) bs * hd;
+
+		store_q8_0(fs, kt, hd, (int8_t *) kb + (size_t) slot * hd,
+				   kb + scales + (size_t) slot * 2, (size_t) bs * 2);
+		store_q8_0(fs, vt, hd, (int8_t *) vb + (size_t) slot * hd,
+				   vb + scales + (size_t) slot * 2, (size_t) bs * 2);
+		return;
+	}
+	/* F16: K transposed [dim][slot]; V [slot][dim] */
 	for (int d = 0; d < hd; d++)
-		kh[(size_t) d * kv->block_size] = opus_fp32_to_fp16(kt[d]);
-	fs->to_f16(vh, vt, hd);
+	{
+		uint16_t	h = opus_fp32_to_fp16(kt[d]);
+
+		memcpy(kb + ((size_t) d * bs + slot) * 2, &h, 2);
+	}
+	fs->to_f16((uint16_t *) (vb + (size_t) slot * hd * 2), vt, hd);
 }
 
 /*
@@ -540,9 +575,9 @@ attend(struct opus_fwd_state *fs, int layer, int t, int h0, int n_h, float *scor
 		.kv_mem = kv->mem,
 		.block_bytes = kv->block_bytes,
 		.blocks = fs->items[fs->item[t]].seq->blocks,
-		.k_off = (size_t) layer * kv->layer_bytes + (size_t) kvh * kv->block_size * hd * 2,
+		.k_off = (size_t) layer * kv->layer_bytes + (size_t) kvh * kv->head_bytes,
 		.v_off = (size_t) layer * kv->layer_bytes + kv->kv_half_bytes +
-		(size_t) kvh * kv->block_size * hd * 2,
+		(size_t) kvh * kv->head_bytes,
 		.scores = scores,
 		.gemm = fs->c->params.llama_batch_order &&
 		fs->items[fs->item[t]].n_tokens > 1 && hd % 16 == 0,
@@ -1001,8 +1036,11 @@ opus_fwd_state_create(struct opus_ctx *c, struct opus_error *err)
 
 	if (strcmp(opus_qtype_cpu_variant(), "avx2") == 0)
 	{
-		/* the AVX2 attention kernel handles heads of 16k elements, up to 256 */
-		if (hp->head_dim % 16 == 0 && hp->head_dim <= 256)
+		/* the AVX2 attention kernels handle heads of 16k (Q8_0 KV: 32k) elements, up to 256 */
+		if (c->kv.type == OPUS_KV_Q8_0)
+			fs->attend = hp->head_dim % 32 == 0 && hp->head_dim <= 256 ?
+				opus_fwd_attend_q8_0_avx2 : opus_fwd_attend_q8_0_ref;
+		else if (hp->head_dim % 16 == 0 && hp->head_dim <= 256)
 			fs->attend = opus_fwd_attend_avx2;
 		else
 			fs->attend = opus_fwd_attend_ref;
@@ -1019,7 +1057,7 @@ opus_fwd_state_create(struct opus_ctx *c, struct opus_error *err)
 	}
 	else
 	{
-		fs->attend = opus_fwd_attend_ref;
+		fs->attend = c->kv.type == OPUS_KV_Q8_0 ? opus_fwd_attend_q8_0_ref : opus_fwd_attend_ref;
 		fs->to_f16 = to_f16_ref;
 		fs->swiglu = opus_fwd_swiglu_ref;
 		fs->act_q8_0 = opus_act_q8_0_ref;

@@ -17,6 +17,8 @@
  *    which keeps our logits measurably closer to the oracle's;
  *  - output dim i: sum over positions, even p into one chain and odd p into
  *    another (FMA), chains added.
+ * And its twin for a Q8_0 KV cache (opus_fwd_attend_q8_0_avx2: integer
+ * q.k per 32 dimensions, float output; forward_int.h states its order).
  */
 #include "forward_int.h"
 
@@ -79,11 +81,11 @@ reduce16(__m256 lo, __m256 hi)
 }
 
 /*
- * Softmax of s[0..n) in place, then weights rounded to F16, as
+ * Softmax of s[0..n) in place, then (round) weights rounded to F16, as
  * opus_fwd_attend_ref (s has room up to n rounded up to 16).
  */
 static void
-softmax_ggml(float *s, int n)
+softmax_ggml(float *s, int n, bool round)
 {
 	float		max = -INFINITY,
 				inv;
@@ -115,7 +117,9 @@ softmax_ggml(float *s, int n)
 	{
 		__m256		w = _mm256_mul_ps(_mm256_loadu_ps(s + p), _mm256_set1_ps(inv));
 
-		_mm256_storeu_ps(s + p, _mm256_cvtph_ps(_mm256_cvtps_ph(w, _MM_FROUND_TO_NEAREST_INT)));
+		if (round)
+			w = _mm256_cvtph_ps(_mm256_cvtps_ph(w, _MM_FROUND_TO_NEAREST_INT));
+		_mm256_storeu_ps(s + p, w);
 	}
 }
 
@@ -310,7 +314,7 @@ attend_n(const int NH, const struct opus_attn_args *a)
 	}
 
 	for (int h = 0; h < NH; h++)
-		softmax_ggml(a->scores + (size_t) h * stride, n_kv);
+		softmax_ggml(a->scores + (size_t) h * stride, n_kv, true);
 
 	/* output, 32 (or a last 16) dimensions at a time */
 	for (int dc = 0; dc < hd; dc += 32)
@@ -335,6 +339,173 @@ opus_fwd_attend_avx2(const struct opus_attn_args *a)
 			break;
 		default:
 			attend_n(3, a);
+			break;
+	}
+}
+
+/* ---- attention over a Q8_0 KV cache (forward_int.h states the arithmetic) ---- */
+
+/* Lane j: the sum of the 8 int32 of v[j] (exact). */
+static inline __m256i
+hsum8x8_epi32(const __m256i *v)
+{
+	__m256i		a = _mm256_hadd_epi32(v[0], v[1]);
+	__m256i		b = _mm256_hadd_epi32(v[2], v[3]);
+	__m256i		c = _mm256_hadd_epi32(v[4], v[5]);
+	__m256i		d = _mm256_hadd_epi32(v[6], v[7]);
+	__m256i		ab = _mm256_hadd_epi32(a, b);	/* v0..v3: low halves | high halves */
+	__m256i		cd = _mm256_hadd_epi32(c, d);
+
+	return _mm256_add_epi32(_mm256_permute2x128_si256(ab, cd, 0x20),
+							_mm256_permute2x128_si256(ab, cd, 0x31));
+}
+
+/* The 8 int32 partial sums of the products of 32 int8 quants q and k (sign trick). */
+static inline __m256i
+dot32_i8(__m256i q, __m256i k)
+{
+	__m256i		p = _mm256_maddubs_epi16(_mm256_abs_epi8(k), _mm256_sign_epi8(q, k));
+
+	return _mm256_madd_epi16(p, _mm256_set1_epi16(1));
+}
+
+/*
+ * NH query heads against a Q8_0 KV head: scores 8 positions of one block
+ * at a time (one integer dot product per position and 32-dim group, the
+ * 8 positions' sums gathered into one vector), output 32 dimensions (one
+ * group) at a time with the NH x 4 accumulators in registers.
+ */
+static inline __attribute__((always_inline)) void
+attend_q8_n(const int NH, const struct opus_attn_args *a)
+{
+	const int	hd = a->hd;
+	const int	nb = hd / 32;
+	const int	n_kv = a->n_kv;
+	const int	bs = a->bs;
+	const int	stride = (n_kv + 15) / 16 * 16;
+	const __m256 scale = _mm256_set1_ps(a->scale);
+	uint8_t		qq[3][8 * 34];	/* the queries as Q8_0 blocks */
+	float		dq[3][8];
+
+	for (int h = 0; h < NH; h++)
+	{
+		opus_act_q8_0_avx2(a->q + (size_t) h * hd, qq[h], hd);
+		for (int b = 0; b < nb; b++)
+		{
+			uint16_t	dh;
+
+			memcpy(&dh, qq[h] + 34 * b, sizeof(dh));
+			dq[h][b] = _cvtsh_ss(dh);
+		}
+	}
+
+	for (int p0 = 0; p0 < n_kv; p0 += bs)
+	{
+		const uint8_t *base = a->kv_mem + (size_t) a->blocks[p0 / bs] * a->block_bytes + a->k_off;
+		const int8_t *kq = (const int8_t *) base;
+		const uint16_t *ks = (const uint16_t *) (base + (size_t) bs * hd);
+		int			cnt = n_kv - p0 < bs ? n_kv - p0 : bs;
+
+		for (int o = 0; o < cnt; o += 8)
+		{
+			int			m = cnt - o < 8 ? cnt - o : 8;
+			__m256		s[3];
+
+			for (int h = 0; h < NH; h++)
+				s[h] = _mm256_setzero_ps();
+			for (int b = 0; b < nb; b++)
+			{
+				__m256		dk;
+				__m256i		k[8];
+
+				if (o + 8 <= bs)
+					dk = cvt8(ks + (size_t) b * bs + o);
+				else
+				{
+					uint16_t	tmp[8] = {0};
+
+					memcpy(tmp, ks + (size_t) b * bs + o, sizeof(uint16_t) * m);
+					dk = cvt8(tmp);
+				}
+				for (int j = 0; j < 8; j++)
+					k[j] = j < m ? _mm256_loadu_si256((const __m256i *) (kq + (size_t) (o + j) * hd + 32 * b))
+						: _mm256_setzero_si256();
+				for (int h = 0; h < NH; h++)
+				{
+					__m256i		qv = _mm256_loadu_si256((const __m256i *) (qq[h] + 34 * b + 2));
+					__m256i		d[8];
+
+					for (int j = 0; j < 8; j++)
+						d[j] = dot32_i8(qv, k[j]);
+					s[h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(hsum8x8_epi32(d)),
+										   _mm256_mul_ps(dk, _mm256_set1_ps(dq[h][b])), s[h]);
+				}
+			}
+			for (int h = 0; h < NH; h++)
+			{
+				float		tmp[8];
+
+				_mm256_storeu_ps(tmp, _mm256_mul_ps(s[h], scale));
+				memcpy(a->scores + (size_t) h * stride + p0 + o, tmp, sizeof(float) * m);
+			}
+		}
+	}
+
+	for (int h = 0; h < NH; h++)
+		softmax_ggml(a->scores + (size_t) h * stride, n_kv, false);
+
+	for (int b = 0; b < nb; b++)
+	{
+		__m256		r[3][4];
+
+		_Pragma("GCC unroll 3")
+		for (int h = 0; h < NH; h++)
+			for (int k = 0; k < 4; k++)
+				r[h][k] = _mm256_setzero_ps();
+		for (int p0 = 0; p0 < n_kv; p0 += bs)
+		{
+			const uint8_t *base = a->kv_mem + (size_t) a->blocks[p0 / bs] * a->block_bytes + a->v_off;
+			const int8_t *vq = (const int8_t *) base + 32 * b;
+			const uint16_t *vs = (const uint16_t *) (base + (size_t) bs * hd) + (size_t) b * bs;
+			int			cnt = n_kv - p0 < bs ? n_kv - p0 : bs;
+
+			for (int off = 0; off < cnt; off++)
+			{
+				const int8_t *row = vq + (size_t) off * hd;
+				float		dv = _cvtsh_ss(vs[off]);
+				__m256		v[4];
+
+				for (int k = 0; k < 4; k++)
+					v[k] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *) (row + 8 * k))));
+				_Pragma("GCC unroll 3")
+				for (int h = 0; h < NH; h++)
+				{
+					__m256		w = _mm256_set1_ps(a->scores[(size_t) h * stride + p0 + off] * dv);
+
+					for (int k = 0; k < 4; k++)
+						r[h][k] = _mm256_fmadd_ps(w, v[k], r[h][k]);
+				}
+			}
+		}
+		for (int h = 0; h < NH; h++)
+			for (int k = 0; k < 4; k++)
+				_mm256_storeu_ps(a->out + (size_t) h * hd + 32 * b + 8 * k, r[h][k]);
+	}
+}
+
+void
+opus_fwd_attend_q8_0_avx2(const struct opus_attn_args *a)
+{
+	switch (a->n_h)
+	{
+		case 1:
+			attend_q8_n(1, a);
+			break;
+		case 2:
+			attend_q8_n(2, a);
+			break;
+		default:
+			attend_q8_n(3, a);
 			break;
 	}
 }

@@ -51,6 +51,28 @@ struct opus_attn_args
 typedef void (*opus_attend_fn) (const struct opus_attn_args *a);
 
 void		opus_fwd_attend_avx2(const struct opus_attn_args *a);
+
+/*
+ * Attention over a Q8_0 KV cache (same arguments; gemm is ignored).  At
+ * k_off and at v_off a block holds quants [bs][hd] int8 followed by
+ * scales [hd / 32][bs] F16; hd must be a multiple of 32 (and <= 256 for
+ * the AVX2 kernel).  The arithmetic, which both versions follow bit for
+ * bit (unit-tested), for each head:
+ *  - the query is quantized to Q8_0 as activations are (opus_act_q8_0_*):
+ *    per 32 dims a scale dq_b and 32 int8 quants;
+ *  - score of position p: s = 0; for each 32-dim group b in order,
+ *    s = fmaf((float) isum_b, dk_b * dq_b, s) with isum_b the exact integer
+ *    dot product of the quants; then s * scale;
+ *  - softmax as opus_fwd_attend_ref's (ggml's vector exp, sums of 16
+ *    positions in float accumulated in double), weights w_p = e_p * inv
+ *    NOT rounded to F16;
+ *  - output dim d of group b: acc = 0; for p = 0.. n_kv - 1 in order,
+ *    acc = fmaf(w_p * dv_{p,b}, (float) vq_{p,d}, acc).
+ * So a result depends on the query and the cached positions only, never
+ * on the block size, the batch or the threads.
+ */
+void		opus_fwd_attend_q8_0_ref(const struct opus_attn_args *a);
+void		opus_fwd_attend_q8_0_avx2(const struct opus_attn_args *a);
 void		opus_fwd_to_f16_avx2(uint16_t *dst, const float *src, int n);
 
 /*

@@ -3,11 +3,23 @@
  * block tables.
  *
  * The pool is n_blocks fixed-size blocks; a block holds, for block_size
- * consecutive positions of one sequence, the K and V vectors (F16) of every
- * layer, laid out [layer][K|V][kv_head][slot][head_dim] so attention reads
- * one head's keys of a block contiguously.  Blocks carry reference counts so
- * several sequences can share full blocks read-only; opus_forward copies a
- * shared block before writing into it.
+ * consecutive positions of one sequence, the K and V vectors of every
+ * layer, laid out [layer][K|V][kv_head] and then, inside one head's K or V
+ * (head_bytes), by element type (opus_ctx_params.kv_type):
+ *
+ *   F16   K transposed, [head_dim][slot] halves, so attention computes 8 or
+ *         16 positions' scores with vector FMAs; V [slot][head_dim] halves.
+ *   Q8_0  K and V alike: quants [slot][head_dim] int8, then the scales
+ *         [head_dim / 32][slot] F16: the 32 values of slot s at dims
+ *         32b..32b+31 are quants * scale[b][s] (ggml's Q8_0 block, with
+ *         the quants and scales of a head in two arrays so that vector
+ *         code loads 32 quants or 8 slots' scales at once).  head_dim must
+ *         be a multiple of 32.
+ *
+ * Blocks carry reference counts so several sequences can share full blocks
+ * read-only; opus_forward copies a shared block before writing into it.
+ * Neither the element type nor the layout changes anything below: the
+ * prefix cache and sharing work on whole blocks.
  *
  * Prefix cache.  A full block can be published under its chain hash:
  * hash(parent block's chain hash, the block's token ids), where the first
@@ -33,11 +45,50 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
+
+const char *
+opus_kv_type_name(enum opus_kv_type t)
+{
+	switch (t)
+	{
+		case OPUS_KV_F16:
+			return "f16";
+		case OPUS_KV_Q8_0:
+			return "q8_0";
+		default:
+			return NULL;
+	}
+}
+
+bool
+opus_kv_type_parse(const char *s, enum opus_kv_type *out)
+{
+	if (!s)
+		return false;
+	if (strcasecmp(s, "f16") == 0)
+		*out = OPUS_KV_F16;
+	else if (strcasecmp(s, "q8_0") == 0)
+		*out = OPUS_KV_Q8_0;
+	else
+		return false;
+	return true;
+}
 
 size_t
-opus_kv_block_bytes(const struct opus_hparams *hp, int block_size)
+opus_kv_head_bytes(const struct opus_hparams *hp, int block_size, enum opus_kv_type type)
 {
-	size_t		half = (size_t) hp->n_head_kv * block_size * hp->head_dim * sizeof(uint16_t);
+	size_t		n = (size_t) block_size * (size_t) hp->head_dim;
+
+	if (type == OPUS_KV_Q8_0)
+		return n + (size_t) block_size * (size_t) (hp->head_dim / 32) * sizeof(uint16_t);
+	return n * sizeof(uint16_t);
+}
+
+size_t
+opus_kv_block_bytes(const struct opus_hparams *hp, int block_size, enum opus_kv_type type)
+{
+	size_t		half = (size_t) hp->n_head_kv * opus_kv_head_bytes(hp, block_size, type);
 	size_t		layer = 2 * half;
 
 	/* keep every block 64-byte aligned */
@@ -58,11 +109,23 @@ opus_kv_init(struct opus_kv *kv, const struct opus_hparams *hp,
 		return opus_error_set(err, OPUS_ERR_INVALID_ARG,
 							  "kv block size %d or block count %lld out of range",
 							  p->block_size, (long long) p->n_blocks);
+	if (opus_kv_type_name(p->kv_type) == NULL)
+		return opus_error_set(err, OPUS_ERR_INVALID_ARG, "unknown kv cache type %d",
+							  (int) p->kv_type);
+	if (p->kv_type == OPUS_KV_Q8_0 && (hp->head_dim % 32 != 0 || hp->head_dim < 32))
+		return opus_error_set(err, OPUS_ERR_UNSUPPORTED,
+							  "a q8_0 kv cache needs a head size that is a multiple of 32, and this model's is %d",
+							  (int) hp->head_dim);
+	if (p->kv_type != OPUS_KV_F16 && p->llama_batch_order)
+		return opus_error_set(err, OPUS_ERR_UNSUPPORTED,
+							  "llama.cpp batch order needs an f16 kv cache");
+	kv->type = p->kv_type;
 	kv->block_size = p->block_size;
 	kv->n_blocks = p->n_blocks;
-	kv->kv_half_bytes = (size_t) hp->n_head_kv * p->block_size * hp->head_dim * sizeof(uint16_t);
+	kv->head_bytes = opus_kv_head_bytes(hp, p->block_size, p->kv_type);
+	kv->kv_half_bytes = (size_t) hp->n_head_kv * kv->head_bytes;
 	kv->layer_bytes = 2 * kv->kv_half_bytes;
-	kv->block_bytes = opus_kv_block_bytes(hp, p->block_size);
+	kv->block_bytes = opus_kv_block_bytes(hp, p->block_size, p->kv_type);
 	if (opus_mul_overflow_u64(kv->block_bytes, (unsigned long long) p->n_blocks, &total) ||
 		total > SIZE_MAX / 2)
 		return opus_error_set(err, OPUS_ERR_NOMEM, "kv cache size overflows");

@@ -604,7 +604,8 @@ opus_model_identity(const struct opus_model *m)
 size_t
 opus_ctx_kv_bytes(const struct opus_model *m, const struct opus_ctx_params *p)
 {
-	size_t		bb = opus_kv_block_bytes(&m->hp, p->block_size > 0 ? p->block_size : 16);
+	size_t		bb = opus_kv_block_bytes(&m->hp, p->block_size > 0 ? p->block_size : 16,
+										 p->kv_type);
 	unsigned long long total;
 
 	if (p->n_blocks < 0 ||

@@ -93,6 +93,27 @@ uint64_t	opus_model_identity(const struct opus_model *m);
 
 /* ---- run state ---- */
 
+/*
+ * Element type of the KV cache.  F16 (the default): K and V as IEEE half
+ * floats.  Q8_0: each run of 32 values along head_dim as 32 int8 quants
+ * and one F16 scale (1.0625 bytes a value instead of 2, so a pool of the
+ * same size holds ~1.88x the tokens); the query is quantized the same way
+ * and q.k is an integer dot product per 32 values.  Q8_0 needs a head_dim
+ * that is a multiple of 32 and is not available with llama_batch_order.
+ */
+enum opus_kv_type
+{
+	OPUS_KV_F16 = 0,
+	OPUS_KV_Q8_0 = 1,
+	OPUS_KV__COUNT
+};
+
+/* "f16" / "q8_0", or NULL for an unknown value. */
+const char *opus_kv_type_name(enum opus_kv_type t);
+
+/* Parse "f16" / "q8_0" (case-insensitive); false if unknown. */
+bool		opus_kv_type_parse(const char *s, enum opus_kv_type *out);
+
 struct opus_ctx_params
 {
 	int			n_threads;		/* >= 1 */
@@ -113,6 +134,8 @@ struct opus_ctx_params
 	 * them depend on that split; false keeps them independent of it.
 	 */
 	bool		llama_batch_order;
+
+	enum opus_kv_type kv_type;	/* element type of the KV cache (0 = F16) */
 };
 
 /* Bytes of KV pool memory a context with these params needs. */

@@ -79,9 +79,11 @@ struct opus_kv
 {
 	int			block_size;		/* token positions per block */
 	int64_t		n_blocks;
+	enum opus_kv_type type;		/* element type (kv.c describes both layouts) */
 	size_t		block_bytes;	/* K and V of all layers for block_size positions */
 	size_t		layer_bytes;	/* per layer inside a block: K then V */
-	size_t		kv_half_bytes;	/* K (or V) of one layer: n_head_kv * block_size * head_dim F16 */
+	size_t		kv_half_bytes;	/* K (or V) of one layer: n_head_kv * head_bytes */
+	size_t		head_bytes;		/* K (or V) of one KV head of one layer */
 	uint8_t    *mem;			/* n_blocks * block_bytes */
 	bool		mem_owned;
 	int32_t    *refcount;		/* [n_blocks] */
@@ -105,7 +107,11 @@ enum opus_status opus_kv_init(struct opus_kv *kv, const struct opus_hparams *hp,
 							  const struct opus_ctx_params *p,
 							  struct opus_error *err);
 void		opus_kv_destroy(struct opus_kv *kv);
-size_t		opus_kv_block_bytes(const struct opus_hparams *hp, int block_size);
+size_t		opus_kv_block_bytes(const struct opus_hparams *hp, int block_size,
+									enum opus_kv_type type);
+/* Bytes of one KV head's K (or V) of one layer in a block of block_size. */
+size_t		opus_kv_head_bytes(const struct opus_hparams *hp, int block_size,
+							   enum opus_kv_type type);
 /*
  * Take a block (refcount 1): from the free stack, else by evicting the least
  * recently released cached block; -1 if neither exists.
@@ -140,21 +146,14 @@ enum opus_status opus_seq_append_block(struct opus_ctx *c, struct opus_seq *seq,
 									   int32_t id, struct opus_error *err);
 
 /*
- * K (or V) of a layer inside a block: n_head_kv * block_size * head_dim F16,
- * laid out [kv_head][slot][head_dim].
+ * K (v false) or V (v true) of KV head `head` of a layer inside a block:
+ * head_bytes bytes (the layouts inside a head are in kv.c's header).
  */
-static inline uint16_t *
-opus_kv_k(const struct opus_kv *kv, int32_t block, int layer)
+static inline uint8_t *
+opus_kv_head(const struct opus_kv *kv, int32_t block, int layer, bool v, int head)
 {
-	return (uint16_t *) (kv->mem + (size_t) block * kv->block_bytes +
-						 (size_t) layer * kv->layer_bytes);
-}
-
-static inline uint16_t *
-opus_kv_v(const struct opus_kv *kv, int32_t block, int layer)
-{
-	return (uint16_t *) (kv->mem + (size_t) block * kv->block_bytes +
-						 (size_t) layer * kv->layer_bytes + kv->kv_half_bytes);
+	return kv->mem + (size_t) block * kv->block_bytes + (size_t) layer * kv->layer_bytes +
+		(v ? kv->kv_half_bytes : 0) + (size_t) head * kv->head_bytes;
 }
 
 /* ---- run state ---- */
