@@ -14,6 +14,10 @@ SELECT try($$SET opus.threads = 4$$);
 SELECT try($$SET opus.engine_path = '/bin/false'$$);
 SELECT try($$SET opus.kv_block_size = 32$$);
 SELECT try($$SET opus.max_batch_tokens = 64$$);
+-- opus.kv_cache_type: f16 (default) or q8_0, changed by a reload (the engine restarts).
+SHOW opus.kv_cache_type;
+SELECT try($$SET opus.kv_cache_type = 'q8_0'$$);
+ALTER SYSTEM SET opus.kv_cache_type = 'q4_0';
 -- Bad values.
 SELECT try($$SET opus.device = 'gpu'$$);
 SELECT try($$SET opus.model = ''$$);

@@ -23,6 +23,8 @@
  *           --prompt is tokenized with add_special=true, parse_special=false.
  *           --dump writes the printed positions' full logits as raw
  *           little-endian float32 rows of n_vocab.
+ * All three take --kv-type f16|q8_0 (default f16): the KV cache's element
+ * type (opus_ctx_params.kv_type).
  * Exit codes: 0 ok, 1 runtime error, 2 usage error.
  */
 #include <errno.h>
@@ -41,7 +43,20 @@
 
 #define PREFILL_CHUNK 512
 
+/* --kv-type of the running command (zero: F16) */
+static enum opus_kv_type cli_kv_type;
+
 /* ---- argument helpers ---- */
+
+/* --kv-type NAME (message on stderr when unknown). */
+static bool
+parse_kv_type(const char *s)
+{
+	if (s && opus_kv_type_parse(s, &cli_kv_type))
+		return true;
+	fprintf(stderr, "opus_engine: --kv-type must be f16 or q8_0\n");
+	return false;
+}
 
 static bool
 parse_int(const char *s, long lo, long hi, int *out)
@@ -141,6 +156,7 @@ open_model(const char *cmd, const char *path, int n_threads, int n_ctx,
 	cp.n_ctx = n_ctx;
 	cp.n_blocks = (n_ctx + cp.block_size - 1) / cp.block_size;
 	cp.max_batch_tokens = max_batch < 1 ? 1 : max_batch;
+	cp.kv_type = cli_kv_type;
 	if (opus_ctx_create(*m, &cp, c, &err) != OPUS_OK)
 	{
 		opus_model_free(*m);
@@ -225,7 +241,8 @@ run_usage(void)
 {
 	fprintf(stderr,
 			"usage: opus_engine run --model FILE --prompt TEXT [-n N] [--temp T] [--seed S]\n"
-			"                       [--top-k K] [--top-p P] [--chat] [--threads N]\n");
+			"                       [--top-k K] [--top-p P] [--chat] [--threads N]\n"
+			"                       [--kv-type f16|q8_0]\n");
 }
 
 int
@@ -292,6 +309,8 @@ opus_cli_run(int argc, char **argv)
 			ok = parse_float(v, &sp.top_p);
 		else if (strcmp(a, "--seed") == 0)
 			ok = parse_u64(v, &sp.seed);
+		else if (strcmp(a, "--kv-type") == 0)
+			ok = parse_kv_type(v);
 		else if (strcmp(a, "--threads") == 0 || strcmp(a, "-t") == 0)
 			ok = parse_int(v, 1, 256, &n_threads);
 		else
@@ -361,6 +380,7 @@ opus_cli_run(int argc, char **argv)
 			.n_threads = n_threads,.block_size = 16,.n_ctx = n_ctx,
 			.n_blocks = (n_ctx + 15) / 16,
 			.max_batch_tokens = n_prompt < PREFILL_CHUNK ? (int) n_prompt : PREFILL_CHUNK,
+			.kv_type = cli_kv_type,
 		};
 
 		if (opus_ctx_create(m, &cp, &c, &err) != OPUS_OK)
@@ -440,6 +460,7 @@ bench_usage(void)
 	fprintf(stderr,
 			"usage: opus_engine bench --model FILE [--prompt-tokens N] [--gen-tokens N]\n"
 			"                         [--threads N] [--reps R]\n");
+	fprintf(stderr, "                         [--kv-type f16|q8_0]\n");
 }
 
 static int
@@ -493,6 +514,8 @@ opus_cli_bench(int argc, char **argv)
 			ok = parse_int(v, 0, 1 << 20, &n_tg);
 		else if (strcmp(a, "--reps") == 0)
 			ok = parse_int(v, 1, 1000, &reps);
+		else if (strcmp(a, "--kv-type") == 0)
+			ok = parse_kv_type(v);
 		else if (strcmp(a, "--threads") == 0 || strcmp(a, "-t") == 0)
 			ok = parse_int(v, 1, 256, &n_threads);
 		else
@@ -613,7 +636,8 @@ logits_usage(void)
 {
 	fprintf(stderr,
 			"usage: opus_engine logits --model FILE (--tokens \"ID ID ...\" | --prompt TEXT)\n"
-			"                          [--top K] [--all] [--threads N] [--dump FILE]\n");
+			"                          [--top K] [--all] [--threads N] [--dump FILE]\n"
+			"                          [--kv-type f16|q8_0]\n");
 }
 
 /* Parse a list of non-negative ids separated by spaces or commas. */
@@ -738,6 +762,8 @@ opus_cli_logits(int argc, char **argv)
 			prompt = v;
 		else if (strcmp(a, "--top") == 0)
 			ok = parse_int(v, 1, 1 << 20, &top);
+		else if (strcmp(a, "--kv-type") == 0)
+			ok = parse_kv_type(v);
 		else if (strcmp(a, "--threads") == 0 || strcmp(a, "-t") == 0)
 			ok = parse_int(v, 1, 256, &n_threads);
 		else if (strcmp(a, "--dump") == 0)
@@ -796,6 +822,7 @@ opus_cli_logits(int argc, char **argv)
 			.n_threads = n_threads,.block_size = 16,.n_ctx = (int) n,
 			.n_blocks = (n + 15) / 16,
 			.max_batch_tokens = n < PREFILL_CHUNK ? (int) n : PREFILL_CHUNK,
+			.kv_type = cli_kv_type,
 		};
 
 		if (opus_ctx_create(m, &cp, &c, &err) != OPUS_OK)

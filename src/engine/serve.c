@@ -66,6 +66,9 @@ _Static_assert(OPUS_PROTO_ERR_TEMPLATE == OPUS_ERR_TEMPLATE &&
 _Static_assert((int) OPUS_PROTO_FINISH_ERROR == (int) OPUS_FINISH_ERROR &&
 			   (int) OPUS_PROTO_FINISH_LENGTH == (int) OPUS_FINISH_LENGTH,
 			   "protocol.h finish reasons must match scheduler.h");
+_Static_assert((int) OPUS_PROTO_KV_F16 == (int) OPUS_KV_F16 &&
+			   (int) OPUS_PROTO_KV_Q8_0 == (int) OPUS_KV_Q8_0,
+			   "HELLO kv_cache_type values must equal enum opus_kv_type");
 _Static_assert(OPUS_PROTO_MAX_STOP <= OPUS_MAX_STOP &&
 			   OPUS_PROTO_MAX_STOP_LEN <= OPUS_MAX_STOP_LEN,
 			   "protocol stop limits must fit the scheduler's");
@@ -934,6 +937,8 @@ serve_start(struct serve *s, const struct opus_proto_hello *hello,
 	cp.n_threads = hello->n_threads;
 	cp.block_size = hello->kv_block_size;
 	cp.max_batch_tokens = hello->max_batch_tokens;
+	/* the element type sets the bytes per block, so it comes before the sizing */
+	cp.kv_type = (enum opus_kv_type) hello->kv_cache_type;
 	cp.n_ctx = hello->n_ctx > 0 && hello->n_ctx < hp->n_ctx_train ? hello->n_ctx : hp->n_ctx_train;
 	if (cp.n_ctx <= 0)
 		cp.n_ctx = 2048;
@@ -949,9 +954,9 @@ serve_start(struct serve *s, const struct opus_proto_hello *hello,
 		return opus_error_set(err, OPUS_ERR_NOMEM,
 							  "opus.kv_cache_size (%" PRId64 " bytes) is too small: one KV block of %d tokens needs %zu bytes",
 							  hello->kv_cache_bytes, cp.block_size, per_block);
-	if (hello->kv_cache_type != OPUS_PROTO_KV_F16)
-		return opus_error_set(err, OPUS_ERR_UNSUPPORTED,
-							  "this engine build keeps the KV cache in f16 only");
+	fprintf(stderr, "opus_engine serve: kv cache %s, %" PRId64 " blocks of %d tokens (%" PRId64 " tokens)\n",
+			opus_kv_type_name(cp.kv_type), cp.n_blocks, cp.block_size,
+			cp.n_blocks * cp.block_size);
 	map_kv_arena(s, &cp);
 	st = opus_ctx_create(s->model, &cp, &s->ctx, err);
 	if (st != OPUS_OK)

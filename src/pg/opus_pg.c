@@ -39,6 +39,7 @@ int			opus_max_prompt_bytes = 256 * 1024;
 int			opus_request_buffer_kb = 512;
 char	   *opus_engine_path = NULL;
 int			opus_kv_block_size = 16;
+int			opus_kv_cache_type = OPUS_PROTO_KV_F16;
 int			opus_max_batch_tokens = 512;
 char	   *opus_priority = NULL;
 int			opus_priority_value = 0;
@@ -144,6 +145,13 @@ assign_opus_priority(const char *newval, void *extra)
 	opus_priority_value = *(int *) extra;
 }
 
+/* opus.kv_cache_type: the HELLO kv_cache_type values */
+static const struct config_enum_entry kv_cache_type_options[] = {
+	{"f16", OPUS_PROTO_KV_F16, false},
+	{"q8_0", OPUS_PROTO_KV_Q8_0, false},
+	{NULL, 0, false}
+};
+
 static void
 opus_define_settings(void)
 {
@@ -172,6 +180,15 @@ opus_define_settings(void)
 							PGC_SIGHUP,
 							0,
 							NULL, NULL, NULL);
+	DefineCustomEnumVariable("opus.kv_cache_type",
+							 "Element type of the engine's KV cache: f16, or q8_0 (about 1.9 times the tokens in the same memory).",
+							 "The engine restarts when this changes on a configuration reload.",
+							 &opus_kv_cache_type,
+							 OPUS_PROTO_KV_F16,
+							 kv_cache_type_options,
+							 PGC_SIGHUP,
+							 0,
+							 NULL, NULL, NULL);
 	DefineCustomIntVariable("opus.default_max_tokens",
 							"Tokens generated when max_tokens is not given.",
 							NULL,

@@ -33,6 +33,7 @@ extern int	opus_max_prompt_bytes;
 extern int	opus_request_buffer_kb;
 extern char *opus_engine_path;
 extern int	opus_kv_block_size;
+extern int	opus_kv_cache_type;	/* OPUS_PROTO_KV_* */
 extern int	opus_max_batch_tokens;
 extern char *opus_priority;
 extern int	opus_priority_value;	/* opus.priority as a class number */

@@ -109,6 +109,7 @@ static bool kv_arena_tried = false;
 static char applied_model[OPUS_PROTO_PATH_LEN];
 static char applied_device[OPUS_PROTO_SHORT_LEN];
 static int	applied_threads = -1;
+static int	applied_kv_type = -1;
 
 static void
 handle_sigchld(SIGNAL_ARGS)
@@ -652,6 +653,7 @@ maybe_start_engine(void)
 	strlcpy(applied_model, opus_model, sizeof(applied_model));
 	strlcpy(applied_device, opus_device, sizeof(applied_device));
 	applied_threads = opus_threads;
+	applied_kv_type = opus_kv_cache_type;
 	reload_pending = false;
 
 	if (!OpusResolveModelPath(opus_model, eng.model_path, sizeof(eng.model_path)))
@@ -726,7 +728,7 @@ maybe_start_engine(void)
 	hello.kv_cache_bytes = (int64) opus_kv_cache_size_mb * 1024 * 1024;
 	hello.kv_block_size = opus_kv_block_size;
 	hello.max_batch_tokens = opus_max_batch_tokens;
-	hello.kv_cache_type = OPUS_PROTO_KV_F16;
+	hello.kv_cache_type = applied_kv_type;
 	/* "auto" means the best device this engine has: cpu for now. */
 	strlcpy(hello.device, strcmp(opus_device, "auto") == 0 ? "cpu" : opus_device,
 			sizeof(hello.device));
@@ -1182,7 +1184,8 @@ process_reload(void)
 	ProcessConfigFile(PGC_SIGHUP);
 	if (strcmp(applied_model, opus_model) != 0 ||
 		strcmp(applied_device, opus_device) != 0 ||
-		applied_threads != opus_threads)
+		applied_threads != opus_threads ||
+		applied_kv_type != opus_kv_cache_type)
 	{
 		if (eng.pid > 0)
 		{
