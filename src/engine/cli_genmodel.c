@@ -212,13 +212,6 @@ rand_bytes(uint64_t *s, uint8_t *p, size_t n)
 	}
 }
 
-/* a random sign */
-static inline float
-rsign(uint64_t *s)
-{
-	return (splitmix64(s) & 1) ? -1.0f : 1.0f;
-}
-
 /* ---- row generators ---- */
 
 enum tkind
@@ -238,6 +231,7 @@ struct tensor_spec
 	float		sigma;
 	size_t		row_bytes;
 	int64_t		n_rows;
+	uint16_t	dtab[2][64];	/* block scales (fill_scale_table) */
 };
 
 /*
@@ -269,7 +263,8 @@ pack_k_scales(const uint8_t *sc, const uint8_t *m, uint8_t *q)
 }
 
 static void
-gen_row(const struct tensor_spec *t, int64_t row, uint64_t seed, uint8_t *dst)
+gen_row(const struct tensor_spec *t, int64_t row, uint64_t seed, uint8_t *dst,
+		float *scratch)
 {
 	uint64_t	s = seed ^ hash_str(t->name);
 	int64_t		n = t->ne[0];
@@ -329,18 +324,11 @@ gen_row(const struct tensor_spec *t, int64_t row, uint64_t seed, uint8_t *dst)
 			}
 		case OPUS_TYPE_F16:
 		case OPUS_TYPE_BF16:
-			{
-				uint16_t   *y = (uint16_t *) dst;
-				bool		bf = t->type == OPUS_TYPE_BF16;
-
-				for (int64_t i = 0; i < n; i++)
-				{
-					float		v = sigma * gauss(&s);
-
-					y[i] = bf ? opus_fp32_to_bf16(v) : opus_fp32_to_fp16(v);
-				}
-				break;
-			}
+			/* the engine's row converter (F16C where the CPU has it: exact RNE either way) */
+			for (int64_t i = 0; i < n; i++)
+				scratch[i] = sigma * gauss(&s);
+			opus_qtype_info(t->type)->from_float(scratch, dst, n);
+			break;
 		case OPUS_TYPE_Q8_0:
 			{
 				opus_block_q8_0 *b = (opus_block_q8_0 *) dst;
@@ -349,10 +337,8 @@ gen_row(const struct tensor_spec *t, int64_t row, uint64_t seed, uint8_t *dst)
 				{
 					rand_bytes(&s, (uint8_t *) b[k].qs, OPUS_QK32);
 					for (int j = 0; j < OPUS_QK32; j++)
-						if (b[k].qs[j] == -128)
-							b[k].qs[j] = 0;
-					b[k].d = opus_fp32_to_fp16(rsign(&s) * sigma / SD255 *
-											   (0.8f + 0.4f * unif(&s)));
+						b[k].qs[j] = b[k].qs[j] == -128 ? 0 : b[k].qs[j];
+					b[k].d = t->dtab[0][splitmix64(&s) & 63];
 				}
 				break;
 			}
@@ -362,9 +348,10 @@ gen_row(const struct tensor_spec *t, int64_t row, uint64_t seed, uint8_t *dst)
 
 				for (int64_t k = 0; k < n / OPUS_QK32; k++)
 				{
-					rand_bytes(&s, b[k].qs, sizeof(b[k].qs));
-					b[k].d = opus_fp32_to_fp16(rsign(&s) * sigma / SD16 *
-											   (0.8f + 0.4f * unif(&s)));
+					uint64_t	r[2] = {splitmix64(&s), splitmix64(&s)};
+
+					memcpy(b[k].qs, r, 16);
+					b[k].d = t->dtab[0][splitmix64(&s) & 63];
 				}
 				break;
 			}
@@ -374,12 +361,12 @@ gen_row(const struct tensor_spec *t, int64_t row, uint64_t seed, uint8_t *dst)
 
 				for (int64_t k = 0; k < n / OPUS_QK32; k++)
 				{
-					uint16_t	d;
+					uint64_t	r[2] = {splitmix64(&s), splitmix64(&s)};
+					int			idx = (int) (splitmix64(&s) & 63);
 
-					rand_bytes(&s, b[k].qs, sizeof(b[k].qs));
-					d = opus_fp32_to_fp16(sigma / SD16 * (0.8f + 0.4f * unif(&s)));
-					b[k].d = d;
-					b[k].m = opus_fp32_to_fp16(-7.5f * opus_fp16_to_fp32(d));
+					memcpy(b[k].qs, r, 16);
+					b[k].d = t->dtab[0][idx];
+					b[k].m = t->dtab[1][idx];
 				}
 				break;
 			}
@@ -389,10 +376,11 @@ gen_row(const struct tensor_spec *t, int64_t row, uint64_t seed, uint8_t *dst)
 
 				for (int64_t k = 0; k < n / OPUS_QK32; k++)
 				{
-					rand_bytes(&s, b[k].qh, sizeof(b[k].qh));
-					rand_bytes(&s, b[k].qs, sizeof(b[k].qs));
-					b[k].d = opus_fp32_to_fp16(rsign(&s) * sigma / SD32 *
-											   (0.8f + 0.4f * unif(&s)));
+					uint64_t	r[3] = {splitmix64(&s), splitmix64(&s), splitmix64(&s)};
+
+					memcpy(b[k].qs, r, 16);
+					memcpy(b[k].qh, &r[2], 4);
+					b[k].d = t->dtab[0][(r[2] >> 32) & 63];
 				}
 				break;
 			}
@@ -402,13 +390,13 @@ gen_row(const struct tensor_spec *t, int64_t row, uint64_t seed, uint8_t *dst)
 
 				for (int64_t k = 0; k < n / OPUS_QK32; k++)
 				{
-					uint16_t	d;
+					uint64_t	r[3] = {splitmix64(&s), splitmix64(&s), splitmix64(&s)};
+					int			idx = (int) ((r[2] >> 32) & 63);
 
-					rand_bytes(&s, b[k].qh, sizeof(b[k].qh));
-					rand_bytes(&s, b[k].qs, sizeof(b[k].qs));
-					d = opus_fp32_to_fp16(sigma / SD32 * (0.8f + 0.4f * unif(&s)));
-					b[k].d = d;
-					b[k].m = opus_fp32_to_fp16(-15.5f * opus_fp16_to_fp32(d));
+					memcpy(b[k].qs, r, 16);
+					memcpy(b[k].qh, &r[2], 4);
+					b[k].d = t->dtab[0][idx];
+					b[k].m = t->dtab[1][idx];
 				}
 				break;
 			}
@@ -421,20 +409,23 @@ gen_row(const struct tensor_spec *t, int64_t row, uint64_t seed, uint8_t *dst)
 				for (int64_t k = 0; k < n / OPUS_QK_K; k++)
 				{
 					uint8_t    *p = dst + (size_t) k * bsz;
-					uint16_t   *pd = (uint16_t *) p;
+					uint16_t	dd[2];
 					uint8_t		sc[8];
 					uint8_t		scales[OPUS_K_SCALE_SIZE];
 					uint64_t	r = splitmix64(&s);
-					float		d;
+					int			idx = (int) (r >> 58);
 
-					/* value = d * sc * q - dmin * sc, dmin = mid-level * d: zero mean */
+					/*
+					 * value = d * sc * q - dmin * sc with dmin = mid-level * d:
+					 * zero mean; the 6-bit scale and min of each sub-block are equal
+					 */
 					for (int j = 0; j < 8; j++)
 						sc[j] = (uint8_t) (16 + ((r >> (4 * j)) & 15));
 					memset(scales, 0, sizeof(scales));
 					pack_k_scales(sc, sc, scales);
-					d = sigma / ((five ? SD32 : SD16) * RMS_SC) * (0.8f + 0.4f * unif(&s));
-					pd[0] = opus_fp32_to_fp16(d);
-					pd[1] = opus_fp32_to_fp16((five ? 15.5f : 7.5f) * opus_fp16_to_fp32(pd[0]));
+					dd[0] = t->dtab[0][idx];
+					dd[1] = t->dtab[1][idx];
+					memcpy(p, dd, 4);
 					memcpy(p + 4, scales, sizeof(scales));
 					/* qh (Q5_K) then qs: the rest of the block */
 					rand_bytes(&s, p + 4 + OPUS_K_SCALE_SIZE, bsz - 4 - OPUS_K_SCALE_SIZE);
@@ -448,23 +439,84 @@ gen_row(const struct tensor_spec *t, int64_t row, uint64_t seed, uint8_t *dst)
 				for (int64_t k = 0; k < n / OPUS_QK_K; k++)
 				{
 					uint64_t	r = splitmix64(&s);
+					uint64_t	sg = splitmix64(&s);
 
 					rand_bytes(&s, b[k].ql, sizeof(b[k].ql));
 					rand_bytes(&s, b[k].qh, sizeof(b[k].qh));
+					/* int8 sub-block scales of random sign: zero mean */
 					for (int j = 0; j < OPUS_QK_K / 16; j++)
 					{
 						int			v = 16 + (int) ((r >> (4 * j)) & 15);
 
-						b[k].scales[j] = (int8_t) ((splitmix64(&s) & 1) ? -v : v);
+						b[k].scales[j] = (int8_t) (((sg >> j) & 1) ? -v : v);
 					}
-					b[k].d = opus_fp32_to_fp16(sigma / (SD64 * RMS_SC) *
-											   (0.8f + 0.4f * unif(&s)));
+					b[k].d = t->dtab[0][(sg >> 32) & 63];
 				}
 				break;
 			}
 		default:
 			memset(dst, 0, t->row_bytes);	/* not reached: types are checked */
 			break;
+	}
+}
+
+/*
+ * The block scales a matrix's rows draw from (fp16 bits): 32 levels between
+ * 0.8 and 1.2 times the nominal scale; for the symmetric types (Q8_0, Q4_0,
+ * Q5_0) indices 32..63 are the negated scales, so a block's mean is zero on
+ * average.  dtab[1]: the matching offset (Q4_1/Q5_1 m, K-quant dmin).
+ */
+static void
+fill_scale_table(struct tensor_spec *t)
+{
+	float		sd = 1.0f,
+				mid = 0.0f;
+	bool		sym = false;
+
+	switch (t->type)
+	{
+		case OPUS_TYPE_Q8_0:
+			sd = SD255;
+			sym = true;
+			break;
+		case OPUS_TYPE_Q4_0:
+			sd = SD16;
+			sym = true;
+			break;
+		case OPUS_TYPE_Q5_0:
+			sd = SD32;
+			sym = true;
+			break;
+		case OPUS_TYPE_Q4_1:
+			sd = SD16;
+			mid = -7.5f;
+			break;
+		case OPUS_TYPE_Q5_1:
+			sd = SD32;
+			mid = -15.5f;
+			break;
+		case OPUS_TYPE_Q4_K:
+			sd = SD16 * RMS_SC;
+			mid = 7.5f;
+			break;
+		case OPUS_TYPE_Q5_K:
+			sd = SD32 * RMS_SC;
+			mid = 15.5f;
+			break;
+		case OPUS_TYPE_Q6_K:
+			sd = SD64 * RMS_SC;
+			break;
+		default:
+			return;
+	}
+	for (int k = 0; k < 64; k++)
+	{
+		float		d = t->sigma / sd * (0.8f + 0.4f * (float) (k & 31) / 31.0f);
+
+		if (sym && k >= 32)
+			d = -d;
+		t->dtab[0][k] = opus_fp32_to_fp16(d);
+		t->dtab[1][k] = opus_fp32_to_fp16(mid * opus_fp16_to_fp32(t->dtab[0][k]));
 	}
 }
 
@@ -1034,6 +1086,8 @@ add_spec(struct model_spec *m, const char *name, int n_dims, int64_t ne0, int64_
 	t->kind = kind;
 	t->sigma = sigma;
 	t->n_rows = ne1 * ne2;
+	if (kind == KIND_MATRIX)
+		fill_scale_table(t);
 	if (!opus_qtype_row_size(type, ne0, &t->row_bytes))
 		return opus_error_set(err, OPUS_ERR_INVALID_ARG,
 							  "tensor \"%s\": row of %lld does not fit type %s", name,
@@ -1168,6 +1222,7 @@ struct gen_job
 	int64_t		n_rows;
 	uint64_t	seed;
 	uint8_t    *buf;
+	atomic_int	failed;			/* a thread could not allocate its scratch row */
 	struct opus_pool_counter next;
 };
 
@@ -1177,9 +1232,19 @@ static void
 gen_chunk(void *arg, int ith, int nth)
 {
 	struct gen_job *j = arg;
+	float	   *scratch = NULL;
 
 	(void) ith;
 	(void) nth;
+	if (j->t->type == OPUS_TYPE_F16 || j->t->type == OPUS_TYPE_BF16)
+	{
+		scratch = malloc(sizeof(float) * (size_t) j->t->ne[0]);
+		if (scratch == NULL)
+		{
+			atomic_store(&j->failed, 1);
+			return;
+		}
+	}
 	for (;;)
 	{
 		int64_t		r0 = (int64_t) atomic_fetch_add(&j->next.next, 1) * ROWS_PER_CLAIM;
@@ -1187,8 +1252,10 @@ gen_chunk(void *arg, int ith, int nth)
 		if (r0 >= j->n_rows)
 			break;
 		for (int64_t r = r0; r < r0 + ROWS_PER_CLAIM && r < j->n_rows; r++)
-			gen_row(j->t, j->row0 + r, j->seed, j->buf + (size_t) r * j->t->row_bytes);
+			gen_row(j->t, j->row0 + r, j->seed, j->buf + (size_t) r * j->t->row_bytes,
+					scratch);
 	}
+	free(scratch);
 }
 
 struct write_job
@@ -1273,7 +1340,14 @@ generate(const struct model_spec *m, const char *out, uint64_t seed, int n_threa
 			gj.seed = seed;
 			gj.buf = buf[cur];
 			atomic_init(&gj.next.next, 0);
+			atomic_init(&gj.failed, 0);
 			opus_pool_run(pool, gen_chunk, &gj);
+			if (atomic_load(&gj.failed))
+			{
+				st = opus_error_set(err, OPUS_ERR_NOMEM, "out of memory generating \"%s\"",
+									t->name);
+				goto done;
+			}
 			/* the previous chunk must be written before its buffer is reused */
 			if (writing)
 			{

@@ -6,7 +6,8 @@
  *    shape's hyperparameters, tensors have the requested type (norms F32),
  *    a weight matrix dequantizes (engine kernels) to mean ~0 and standard
  *    deviation ~1/sqrt(row length), and a forward pass gives finite,
- *    varied logits;
+ *    varied logits (and, for MoE shapes, tokens routed to more than top-k
+ *    experts);
  *  - the named shapes scaled down (--shrink, --layers) and the Llama 3
  *    vocabulary at full size: hyperparameters, MoE routing keys, rope
  *    scaling tensor, tied embeddings, tokenizer special ids and an
@@ -210,6 +211,18 @@ forward_ok(struct opus_model *m, const char *what)
 		}
 	}
 	CHECK(ok, "%s: forward pass gives finite, varied logits", what);
+	if (hp->n_expert > 0)
+	{
+		int32_t		nl,
+					ne;
+		const uint64_t *load = opus_ctx_expert_load(c, &nl, &ne);
+		int			used = 0;
+
+		for (int e = 0; load && e < ne; e++)
+			used += load[e] > 0;
+		CHECK(used > hp->n_expert_used, "%s: %d tokens routed to %d experts of layer 0",
+			  what, N, used);
+	}
 	opus_seq_release(c, &s);
 	opus_ctx_free(c);
 	free(logits);
