@@ -5,6 +5,7 @@
  *
  *   opus_engine genmodel --shape NAME --type TYPE --out FILE [--seed S]
  *                        [--layers N] [--shrink K] [overrides] [--threads N]
+ *                        [--no-rope-freqs] [--dry-run] [--list]
  *
  * Shapes (llama architecture; Mixtral is llama + experts, as llama.cpp
  * writes it: ffn_gate_inp + stacked ffn_{gate,up,down}_exps):
@@ -141,7 +142,8 @@ usage(FILE *f)
 			"  --embd N --ff N --vocab N --heads N --kv-heads N --experts N\n"
 			"  --experts-used N --ctx N   override one hyperparameter\n"
 			"  --threads N       generator threads (default: all CPUs)\n"
-			"  --dry-run         print the model's size and exit\n"
+			"  --no-rope-freqs   leave out llama3-8b's rope scaling tensor (rope_freqs.weight)\n"
+			"  --dry-run         print the bytes of tensor data to stdout and exit\n"
 			"  --list            list the shapes\n"
 			"\n"
 			"examples:\n"
@@ -1462,7 +1464,8 @@ opus_cli_genmodel(int argc, char **argv)
 				ov_exp = -1,
 				ov_used = 0,
 				ov_ctx = 0;
-	bool		dry = false;
+	bool		dry = false,
+				no_rope_freqs = false;
 	struct model_spec m = {0};
 	struct vocab v = {0};
 	struct opus_gguf_writer *w = NULL;
@@ -1501,6 +1504,11 @@ opus_cli_genmodel(int argc, char **argv)
 		if (strcmp(a, "--dry-run") == 0)
 		{
 			dry = true;
+			continue;
+		}
+		if (strcmp(a, "--no-rope-freqs") == 0)
+		{
+			no_rope_freqs = true;
 			continue;
 		}
 		if (val == NULL)
@@ -1628,6 +1636,8 @@ opus_cli_genmodel(int argc, char **argv)
 		m.sh.n_expert_used = ov_used;
 	if (ov_ctx)
 		m.sh.n_ctx = ov_ctx;
+	if (no_rope_freqs)
+		m.sh.rope_freqs = false;
 	if (threads == 0)
 	{
 		long		n = sysconf(_SC_NPROCESSORS_ONLN);

@@ -464,6 +464,21 @@ test_shapes(void)
 		opus_model_free(m);
 	}
 
+	/* --no-rope-freqs: Llama 3 without its rope scaling tensor */
+	{
+		const char *out = path_in("llama3-norope.gguf");
+		struct opus_model *m = NULL;
+		struct opus_error err = {0};
+
+		CHECK(gen("--shape", "llama3-8b", "--type", "q8_0", "--out", out, "--shrink", "16",
+				  "--layers", "1", "--no-rope-freqs", NULL) == 0, "genmodel --no-rope-freqs");
+		CHECK(opus_model_load(out, NULL, &m, &err) == OPUS_OK &&
+			  !opus_model_hparams(m)->has_rope_freqs &&
+			  opus_model_hparams(m)->rope_freq_base == 500000.0f,
+			  "--no-rope-freqs: loads without rope_freqs: %s", err.msg);
+		opus_model_free(m);
+	}
+
 	/* Llama 3's full vocabulary (128256, specials from 128000) on tiny widths */
 	{
 		const char *out = path_in("llama3-vocab.gguf");
