@@ -12,6 +12,12 @@ rows dequantize (gguf.quants.dequantize) to finite values - norms within
 
 Usage: genmodel_check.py FILE [FILE...]; prints one line per file and exits
 0 when every check passes, 1 otherwise.
+
+       genmodel_check.py --llama-cpp "ID ID ..." TEXT FILE [FILE...]
+runs llama.cpp (llama-cpp-python) on each FILE: writes the logits after
+the token ids (float32) to FILE.logits and its tokenization of TEXT (with
+the model's BOS rule, int32) to FILE.tokens, for the unit test to compare
+with the engine.  Exit 3 when llama_cpp cannot be imported.
 """
 import math
 import sys
@@ -112,7 +118,27 @@ def check(path):
     return errors, len(tensors)
 
 
+def llama_cpp(ids, text, paths):
+    try:
+        from llama_cpp import Llama
+    except ImportError:
+        print("skip: llama_cpp not importable")
+        return 3
+    toks = [int(x) for x in ids.split()]
+    for path in paths:
+        llm = Llama(model_path=path, n_ctx=64, n_batch=64, logits_all=True, verbose=False,
+                    n_threads=2)
+        llm.eval(toks)
+        np.asarray(llm.scores[len(toks) - 1], dtype=np.float32).tofile(path + ".logits")
+        tk = llm.tokenize(text.encode(), add_bos=True, special=False)
+        np.asarray(tk, dtype=np.int32).tofile(path + ".tokens")
+        del llm
+    return 0
+
+
 def main():
+    if len(sys.argv) >= 5 and sys.argv[1] == "--llama-cpp":
+        return llama_cpp(sys.argv[2], sys.argv[3], sys.argv[4:])
     bad = 0
     for path in sys.argv[1:]:
         errors, n = check(path)

@@ -20,7 +20,12 @@
  *    or too little data, additions after the start and freeing mid-stream
  *    are errors that leave no file;
  *  - when python3 has the gguf package: test/tools/genmodel_check.py reads
- *    the files with gguf.GGUFReader and checks them independently.
+ *    the files with gguf.GGUFReader and checks them independently;
+ *  - when llama-cpp-python is installed: llama.cpp loads the files of every
+ *    shape, its logits after a few tokens match the engine's (correlation
+ *    > 0.999, within 0.15 where their deviation is about 1, the engine's
+ *    top token within 0.15 of llama.cpp's) and it tokenizes a text into the
+ *    same ids.
  */
 #include <math.h>
 #include <stdarg.h>
@@ -707,6 +712,147 @@ test_python(void)
 	CHECK(rc == 0, "gguf.GGUFReader check of the generated files (exit %d)", rc);
 }
 
+/* Read a whole binary file of n_elem-byte elements; *n = count. */
+static void *
+read_elems(const char *p, size_t elem, size_t *n)
+{
+	size_t		bytes;
+	void	   *d = read_all(p, &bytes);
+
+	*n = d ? bytes / elem : 0;
+	return d;
+}
+
+static void
+test_llama_cpp(void)
+{
+	static const char *const files[] = {
+		"tiny-q8_0.gguf", "tiny-f16.gguf", "tiny-moe.gguf", "llama3-8b.gguf", "mixtral-moe.gguf",
+		"smollm2-135m.gguf", "llama3-vocab.gguf"
+	};
+	static const int32_t ids[] = {5, 17, 100, 250, 31, 7, 64, 200};
+	static const char text[] = "Hello world, the quick brown fox jumps over 42 lazy dogs!";
+	const char *script = "test/tools/genmodel_check.py";
+	char		cmd[2048];
+	int			rc;
+
+	if (!file_exists(script) ||
+		system("python3 -c 'import llama_cpp, numpy' >/dev/null 2>&1") != 0)
+	{
+		printf("skip: llama-cpp-python not available\n");
+		return;
+	}
+	{
+		size_t		len = (size_t) snprintf(cmd, sizeof(cmd),
+										"python3 %s --llama-cpp '5 17 100 250 31 7 64 200' '%s'",
+										script, text);
+
+		for (size_t f = 0; f < sizeof(files) / sizeof(files[0]) && len < sizeof(cmd); f++)
+			len += (size_t) snprintf(cmd + len, sizeof(cmd) - len, " %s", path_in(files[f]));
+		rc = system(cmd);
+		CHECK(rc == 0, "llama.cpp on the generated files (exit %d)", rc);
+	}
+	for (size_t f = 0; f < sizeof(files) / sizeof(files[0]); f++)
+	{
+		const char *model = path_in(files[f]);
+		char		lpath[200],
+					tpath[200];
+		float	   *ref;
+		int32_t    *ref_tok;
+		size_t		n_ref,
+					n_ref_tok;
+		struct opus_model *m = NULL;
+		struct opus_error err = {0};
+
+		snprintf(lpath, sizeof(lpath), "%s.logits", model);
+		snprintf(tpath, sizeof(tpath), "%s.tokens", model);
+		ref = read_elems(lpath, sizeof(float), &n_ref);
+		ref_tok = read_elems(tpath, sizeof(int32_t), &n_ref_tok);
+		if (rc == 0 && ref && ref_tok && opus_model_load(model, NULL, &m, &err) == OPUS_OK)
+		{
+			const struct opus_hparams *hp = opus_model_hparams(m);
+			struct opus_ctx_params p = {
+				.n_threads = 2,.block_size = 16,.n_blocks = 8,
+				.max_batch_tokens = 16,.n_ctx = 64,
+			};
+			struct opus_ctx *c = NULL;
+			float	   *ours = malloc(sizeof(float) * (size_t) hp->n_vocab);
+			int32_t		toks[128];
+			int64_t		n_toks = 0;
+
+			CHECK(n_ref == (size_t) hp->n_vocab, "%s: llama.cpp gives %zu logits", files[f], n_ref);
+			if (ours && n_ref == (size_t) hp->n_vocab &&
+				opus_ctx_create(m, &p, &c, &err) == OPUS_OK)
+			{
+				struct opus_seq s;
+				struct opus_batch_item it;
+				double		maxd = 0,
+							sxy = 0,
+							sxx = 0,
+							syy = 0,
+							mx = 0,
+							my = 0,
+							corr;
+				int			am_ref = 0,
+							am_ours = 0;
+
+				opus_seq_init(&s);
+				it = (struct opus_batch_item)
+				{
+					.seq = &s,.tokens = ids,.n_tokens = 8,.logits = ours,
+				};
+				CHECK(opus_forward(c, &it, 1, &err) == OPUS_OK, "%s: forward: %s", files[f],
+					  err.msg);
+				for (int i = 0; i < hp->n_vocab; i++)
+				{
+					mx += ours[i];
+					my += ref[i];
+				}
+				mx /= hp->n_vocab;
+				my /= hp->n_vocab;
+				for (int i = 0; i < hp->n_vocab; i++)
+				{
+					double		d = fabs((double) ours[i] - ref[i]);
+
+					maxd = d > maxd || isnan(d) ? d : maxd;
+					sxy += (ours[i] - mx) * (ref[i] - my);
+					sxx += (ours[i] - mx) * (ours[i] - mx);
+					syy += (ref[i] - my) * (ref[i] - my);
+					am_ref = ref[i] > ref[am_ref] ? i : am_ref;
+					am_ours = ours[i] > ours[am_ours] ? i : am_ours;
+				}
+				corr = sxy / sqrt(sxx * syy);
+
+				/*
+				 * 8-bit activation roundings that flip between implementations
+				 * make quantized logits differ by a few hundredths (see
+				 * test/golden/logits/README); a layout error would not
+				 * correlate at all
+				 */
+				CHECK(maxd < 0.15 && corr > 0.999 && ref[am_ours] >= ref[am_ref] - 0.15,
+					  "%s: logits match llama.cpp's (max diff %g, correlation %.6f, argmax %d vs %d)",
+					  files[f], maxd, corr, am_ours, am_ref);
+				printf("%-18s vs llama.cpp: max diff %.3g, correlation %.7f\n", files[f], maxd,
+					   corr);
+				opus_seq_release(c, &s);
+				opus_ctx_free(c);
+			}
+			CHECK(opus_tokenizer_encode(opus_model_tokenizer(m), text, strlen(text), true, false,
+										toks, 128, &n_toks, &err) == OPUS_OK &&
+				  (size_t) n_toks == n_ref_tok &&
+				  memcmp(toks, ref_tok, sizeof(int32_t) * n_ref_tok) == 0,
+				  "%s: tokenization matches llama.cpp's (%lld vs %zu tokens)", files[f],
+				  (long long) n_toks, n_ref_tok);
+			free(ours);
+		}
+		else if (rc == 0)
+			CHECK(false, "%s: reference files or load: %s", files[f], err.msg);
+		opus_model_free(m);
+		free(ref);
+		free(ref_tok);
+	}
+}
+
 int
 main(void)
 {
@@ -722,6 +868,7 @@ main(void)
 	test_shapes();
 	test_determinism();
 	test_python();
+	test_llama_cpp();
 
 	{
 		char		cmd[128];
