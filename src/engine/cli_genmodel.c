@@ -23,10 +23,13 @@
  * quantize.c): K-quants on rows not a multiple of 256 become Q5_0 / Q5_1 /
  * Q8_0, the MoE router stays F32; norms are F32 near 1.  Values are
  * zero-mean with standard deviation 1/sqrt(row length).  Quantized types
- * are written as random valid blocks (random quants, finite positive fp16
- * scales chosen for that deviation; the sign of symmetric types' block
- * scale is random so the mean is zero) rather than by quantizing floats, so
- * a multi-gigabyte model is limited by the disk, not the CPU.
+ * are written as random valid blocks (uniform random quants; finite, normal
+ * fp16 scales from a per-tensor table of 32 levels between 0.8 and 1.2
+ * times the scale that gives that deviation; the types whose levels are
+ * not centred get an offset - Q4_1/Q5_1 m, K-quant dmin - that centres
+ * them, the others a random sign on the block scale; Q8_0 never holds -128)
+ * rather than by quantizing floats, so a multi-gigabyte model is limited by
+ * the disk, not the CPU (about 0.25 CPU seconds per GB).
  *
  * Every row's values come from its own generator seeded by (seed, tensor
  * name, row), so the file is the same bytes for any thread count, and a
@@ -37,7 +40,14 @@
  * Tokenizer: a gpt2-style byte-level BPE vocabulary of the shape's size,
  * the same for every seed: the shape family's special tokens, the 256 byte
  * tokens, then merged tokens built from letters (words and " word" pieces)
- * with one merge each, so any text tokenizes.
+ * with one merge each, so any text tokenizes (pre-tokenizer "smollm" with
+ * ChatML, "llama-bpe" with Llama 3's specials at 128000.. and its template,
+ * and for the Mixtral shapes <unk> <s> </s> [INST] [/INST] with a Mistral
+ * template; the real Mixtral has a SentencePiece vocabulary).  llama.cpp
+ * loads these files and computes the same logits (test_genmodel).
+ *
+ * --no-rope-freqs leaves llama3-8b's rope scaling tensor out (then it is
+ * Llama 3.0's RoPE).
  *
  * Exit status: 0 ok, 1 error, 2 usage.
  */
