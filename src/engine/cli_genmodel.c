@@ -57,6 +57,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -1692,6 +1693,33 @@ opus_cli_genmodel(int argc, char **argv)
 		printf("%llu\n", total);
 		rc = 0;
 		goto out;
+	}
+	/* fail at once, not after gigabytes, when the file cannot fit */
+	{
+		char		d[4096];
+		const char *slash = strrchr(out, '/');
+		struct statvfs vfs;
+		unsigned long long need = total + 65536 + 128 * (unsigned long long) m.n;
+
+		/* the header: mostly the vocabulary */
+		for (size_t i = 0; i < v.tokens.n; i++)
+			need += 12 + strlen(v.tokens.s[i]);
+		for (size_t i = 0; i < v.merges.n; i++)
+			need += 8 + strlen(v.merges.s[i]);
+
+		if (slash == NULL)
+			snprintf(d, sizeof(d), ".");
+		else
+			snprintf(d, sizeof(d), "%.*s", (int) (slash == out ? 1 : slash - out), out);
+		if (statvfs(d, &vfs) == 0 &&
+			(unsigned long long) vfs.f_bavail * vfs.f_frsize < need)
+		{
+			st = opus_error_set(&err, OPUS_ERR_IO,
+								"\"%s\" needs %.2f GiB but only %.2f GiB are free there",
+								out, (double) need / 1073741824.0,
+								(double) vfs.f_bavail * vfs.f_frsize / 1073741824.0);
+			goto fail;
+		}
 	}
 	if ((st = generate(&m, out, (uint64_t) seed, (int) threads, w, &err)) != OPUS_OK)
 		goto fail;

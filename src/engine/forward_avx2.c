@@ -372,8 +372,8 @@ dot32_i8(__m256i q, __m256i k)
 /*
  * NH query heads against a Q8_0 KV head: scores 8 positions of one block
  * at a time (one integer dot product per position and 32-dim group, the
- * 8 positions' sums gathered into one vector), output 32 dimensions (one
- * group) at a time with the NH x 4 accumulators in registers.
+ * 8 positions' sums gathered into one vector), output 16 dimensions at a
+ * time (NH x 2 accumulators: with NH x 4 a 3-head call spills registers).
  */
 static inline __attribute__((always_inline)) void
 attend_q8_n(const int NH, const struct opus_attn_args *a)
@@ -454,42 +454,45 @@ attend_q8_n(const int NH, const struct opus_attn_args *a)
 	for (int h = 0; h < NH; h++)
 		softmax_ggml(a->scores + (size_t) h * stride, n_kv, false);
 
-	for (int b = 0; b < nb; b++)
+	/* output: 16 dimensions at a time (NH x 2 accumulators stay in registers) */
+	for (int dc = 0; dc < hd; dc += 16)
 	{
-		__m256		r[3][4];
+		const int	b = dc / 32;
+		__m256		r[3][2];
 
 		_Pragma("GCC unroll 3")
 		for (int h = 0; h < NH; h++)
-			for (int k = 0; k < 4; k++)
+			for (int k = 0; k < 2; k++)
 				r[h][k] = _mm256_setzero_ps();
 		for (int p0 = 0; p0 < n_kv; p0 += bs)
 		{
 			const uint8_t *base = a->kv_mem + (size_t) a->blocks[p0 / bs] * a->block_bytes + a->v_off;
-			const int8_t *vq = (const int8_t *) base + 32 * b;
+			const int8_t *vq = (const int8_t *) base + dc;
 			const uint16_t *vs = (const uint16_t *) (base + (size_t) bs * hd) + (size_t) b * bs;
+			const float *sp = a->scores + p0;
 			int			cnt = n_kv - p0 < bs ? n_kv - p0 : bs;
 
 			for (int off = 0; off < cnt; off++)
 			{
 				const int8_t *row = vq + (size_t) off * hd;
 				float		dv = _cvtsh_ss(vs[off]);
-				__m256		v[4];
+				__m256		v0 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *) row)));
+				__m256		v1 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *) (row + 8))));
 
-				for (int k = 0; k < 4; k++)
-					v[k] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *) (row + 8 * k))));
 				_Pragma("GCC unroll 3")
 				for (int h = 0; h < NH; h++)
 				{
-					__m256		w = _mm256_set1_ps(a->scores[(size_t) h * stride + p0 + off] * dv);
+					__m256		w = _mm256_set1_ps(sp[(size_t) h * stride + off] * dv);
 
-					for (int k = 0; k < 4; k++)
-						r[h][k] = _mm256_fmadd_ps(w, v[k], r[h][k]);
+					r[h][0] = _mm256_fmadd_ps(w, v0, r[h][0]);
+					r[h][1] = _mm256_fmadd_ps(w, v1, r[h][1]);
 				}
 			}
 		}
+		_Pragma("GCC unroll 3")
 		for (int h = 0; h < NH; h++)
-			for (int k = 0; k < 4; k++)
-				_mm256_storeu_ps(a->out + (size_t) h * hd + 32 * b + 8 * k, r[h][k]);
+			for (int k = 0; k < 2; k++)
+				_mm256_storeu_ps(a->out + (size_t) h * hd + dc + 8 * k, r[h][k]);
 	}
 }
 
