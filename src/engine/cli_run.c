@@ -9,11 +9,18 @@
  *           recognised (llama.cpp's llama-cli does the same); --chat wraps it
  *           as one user message in the model's chat template.
  *   bench   --model FILE [--prompt-tokens 512] [--gen-tokens 128]
- *           [--threads N] [--reps R]
+ *           [--threads N] [--reps R] [--sessions 1,4,16,32]
  *           Prefill of a prompt of pseudo-random tokens in batches of up to
  *           512, then greedy decode, R times; prints the medians as
  *             prefill tokens=512 tok_s=... cpu_ms_per_tok=...
  *             decode tokens=128 tok_s=... cpu_ms_per_tok=...
+ *           With --sessions, for each listed N instead: N sequences, each
+ *           prefilled (untimed) with its own pseudo-random prompt, then
+ *           gen-tokens decode steps that run all N sequences in one batch,
+ *           each token picked by its own greedy sampler; prints medians as
+ *             sessions=N tok_s=... step_ms=... cpu_ms_per_tok=... x1=...
+ *           (tok_s counts all sessions' tokens; x1 is tok_s over N = 1's,
+ *           when 1 is listed first).
  *   logits  --model FILE (--tokens "1 2 3" | --prompt TEXT) [--top K]
  *           [--all] [--threads N] [--dump FILE]
  *           Runs the tokens as one sequence and prints, for the last (or
@@ -459,7 +466,7 @@ bench_usage(void)
 {
 	fprintf(stderr,
 			"usage: opus_engine bench --model FILE [--prompt-tokens N] [--gen-tokens N]\n"
-			"                         [--threads N] [--reps R]\n");
+			"                         [--threads N] [--reps R] [--sessions N,N,...]\n");
 	fprintf(stderr, "                         [--kv-type f16|q8_0]\n");
 }
 
@@ -470,6 +477,201 @@ cmp_double(const void *a, const void *b)
 				y = *(const double *) b;
 
 	return (x > y) - (x < y);
+}
+
+/* Fill toks[0..n) with pseudo-random token ids from seed (same every run). */
+static void
+bench_prompt(int32_t *toks, int n, int n_vocab, uint64_t seed)
+{
+	uint64_t	x = 0x9e3779b97f4a7c15ULL ^ (seed * 0xbf58476d1ce4e5b9ULL);
+
+	for (int i = 0; i < n; i++)
+	{
+		x ^= x << 13;
+		x ^= x >> 7;
+		x ^= x << 17;
+		toks[i] = (int32_t) (x % (uint64_t) n_vocab);
+	}
+}
+
+/*
+ * bench --sessions: n_sess sequences decoding together, one batched
+ * opus_forward per step (as the scheduler runs them), each sequence's token
+ * picked by its own greedy sampler.  Returns 0, or 1 after printing an error.
+ */
+static int
+bench_sessions(const char *model_path, const char *levels, int n_pp, int n_tg,
+			   int reps, int n_threads)
+{
+	struct opus_model *m = NULL;
+	struct opus_error err = {0};
+	int			rc = 1;
+	double		base = 0.0;
+
+	if (opus_model_load(model_path, NULL, &m, &err) != OPUS_OK)
+		return runtime_error("bench", &err);
+	for (const char *lp = levels; *lp;)
+	{
+		int			n = atoi(lp);
+		int			n_vocab = opus_model_hparams(m)->n_vocab;
+		struct opus_ctx_params cp = {0};
+		struct opus_ctx *c = NULL;
+		struct opus_seq *seqs = NULL;
+		struct opus_sampler **smp = NULL;
+		struct opus_batch_item *items = NULL;
+		int32_t    *toks = NULL;
+		int32_t    *next = NULL;
+		float	   *logits = NULL;
+		double	   *rate = NULL,
+				   *cpu = NULL;
+		struct opus_sampling_params sp;
+		bool		ok = false;
+
+		if (n < 1 || n > 4096)
+		{
+			fprintf(stderr, "opus_engine bench: bad --sessions entry\n");
+			goto out;
+		}
+		opus_sampling_defaults(&sp);
+		sp.temperature = 0.0f;
+		cp.n_threads = n_threads;
+		cp.kv_type = cli_kv_type;
+		cp.block_size = 16;
+		cp.n_ctx = n_pp + n_tg + 1;
+		cp.n_blocks = n * ((cp.n_ctx + 15) / 16 + 1);
+		cp.max_batch_tokens = n * (n_pp > PREFILL_CHUNK ? PREFILL_CHUNK : n_pp);
+		if (cp.max_batch_tokens < n)
+			cp.max_batch_tokens = n;
+		if (cp.max_batch_tokens > 4096)
+			cp.max_batch_tokens = 4096;
+		if (opus_ctx_create(m, &cp, &c, &err) != OPUS_OK)
+		{
+			runtime_error("bench", &err);
+			goto out;
+		}
+		seqs = calloc(n, sizeof(*seqs));
+		smp = calloc(n, sizeof(*smp));
+		items = calloc(n, sizeof(*items));
+		toks = malloc(sizeof(int32_t) * (size_t) n * (n_pp + n_tg + 1));
+		next = malloc(sizeof(int32_t) * n);
+		logits = malloc(sizeof(float) * (size_t) n * n_vocab);
+		rate = calloc(reps, sizeof(double));
+		cpu = calloc(reps, sizeof(double));
+		if (!seqs || !smp || !items || !toks || !next || !logits || !rate || !cpu)
+		{
+			fprintf(stderr, "opus_engine bench: out of memory\n");
+			goto out;
+		}
+		for (int i = 0; i < n; i++)
+		{
+			opus_seq_init(&seqs[i]);
+			if (opus_sampler_create(&sp, n_vocab, &smp[i], &err) != OPUS_OK)
+			{
+				runtime_error("bench", &err);
+				goto out;
+			}
+		}
+		for (int r = 0; r < reps; r++)
+		{
+			double		t0,
+						c0;
+			int			n_hist = n_pp;
+
+			/* prefill: the prompts in as few batches as fit (untimed) */
+			for (int i = 0; i < n; i++)
+			{
+				int32_t    *tk = toks + (size_t) i * (n_pp + n_tg + 1);
+
+				bench_prompt(tk, n_pp, n_vocab, (uint64_t) i + 1);
+				items[i] = (struct opus_batch_item)
+				{
+					.seq = &seqs[i],.tokens = tk,.n_tokens = n_pp,
+						.logits = logits + (size_t) i * n_vocab,
+				};
+			}
+			for (int i0 = 0; i0 < n;)
+			{
+				int			k = cp.max_batch_tokens / n_pp;
+
+				if (k < 1)
+					k = 1;
+				if (k > n - i0)
+					k = n - i0;
+				if (n_pp > cp.max_batch_tokens)
+				{
+					fprintf(stderr, "opus_engine bench: prompt longer than a batch\n");
+					goto out;
+				}
+				if (opus_forward(c, items + i0, k, &err) != OPUS_OK)
+				{
+					runtime_error("bench", &err);
+					goto out;
+				}
+				i0 += k;
+			}
+			c0 = cpu_s();
+			t0 = now_s();
+			for (int s = 0; s < n_tg; s++)
+			{
+				for (int i = 0; i < n; i++)
+				{
+					int32_t    *tk = toks + (size_t) i * (n_pp + n_tg + 1);
+
+					next[i] = opus_sampler_sample(smp[i], logits + (size_t) i * n_vocab,
+												  tk, n_hist);
+					tk[n_hist] = next[i];
+					items[i].tokens = &next[i];
+					items[i].n_tokens = 1;
+				}
+				n_hist++;
+				if (opus_forward(c, items, n, &err) != OPUS_OK)
+				{
+					runtime_error("bench", &err);
+					goto out;
+				}
+			}
+			rate[r] = (double) n * n_tg / (now_s() - t0);
+			cpu[r] = (cpu_s() - c0) * 1000.0 / ((double) n * n_tg);
+			for (int i = 0; i < n; i++)
+				opus_seq_release(c, &seqs[i]);
+		}
+		qsort(rate, reps, sizeof(double), cmp_double);
+		qsort(cpu, reps, sizeof(double), cmp_double);
+		if (base == 0.0)
+			base = rate[reps / 2] / n;
+		printf("sessions=%d tok_s=%.1f step_ms=%.2f cpu_ms_per_tok=%.3f x1=%.2f\n",
+			   n, rate[reps / 2], n * 1000.0 / rate[reps / 2], cpu[reps / 2],
+			   rate[reps / 2] / base);
+		fflush(stdout);
+		ok = true;
+out:
+		for (int i = 0; seqs && i < n; i++)
+		{
+			if (c)
+				opus_seq_release(c, &seqs[i]);
+			if (smp)
+				opus_sampler_free(smp[i]);
+		}
+		free(seqs);
+		free(smp);
+		free(items);
+		free(toks);
+		free(next);
+		free(logits);
+		free(rate);
+		free(cpu);
+		opus_ctx_free(c);
+		if (!ok)
+			goto done;
+		while (*lp && *lp != ',')
+			lp++;
+		if (*lp == ',')
+			lp++;
+	}
+	rc = 0;
+done:
+	opus_model_free(m);
+	return rc;
 }
 
 int
@@ -492,6 +694,7 @@ opus_cli_bench(int argc, char **argv)
 			   *tg_cpu = NULL;
 	int			n_vocab;
 	int			rc = 1;
+	const char *sessions = NULL;
 
 	for (int i = 1; i < argc; i++)
 	{
@@ -518,6 +721,8 @@ opus_cli_bench(int argc, char **argv)
 			ok = parse_kv_type(v);
 		else if (strcmp(a, "--threads") == 0 || strcmp(a, "-t") == 0)
 			ok = parse_int(v, 1, 256, &n_threads);
+		else if (strcmp(a, "--sessions") == 0)
+			ok = (sessions = v)[strspn(v, "0123456789,")] == '\0' && v[0] != '\0';
 		else
 		{
 			fprintf(stderr, "opus_engine bench: unknown option \"%s\"\n", a);
@@ -537,6 +742,8 @@ opus_cli_bench(int argc, char **argv)
 		bench_usage();
 		return 2;
 	}
+	if (sessions)
+		return bench_sessions(model_path, sessions, n_pp, n_tg, reps, n_threads);
 	if (open_model("bench", model_path, n_threads, n_pp + n_tg,
 				   n_pp < PREFILL_CHUNK ? n_pp : PREFILL_CHUNK, &m, &c))
 		return 1;

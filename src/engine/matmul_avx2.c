@@ -4,7 +4,8 @@
  * weight types that dominate common models (Q4_1 with Q8_1 activations,
  * Q8_0 with Q8_0).  A kernel runs a range of weight rows against a group of
  * up to 8 tokens, sharing each unpacked weight block among the tokens, which
- * is where batched prefill gets its speed; decode uses the 1-token kernel.
+ * is where batched prefill and many-sequence decode get their speed; a
+ * single sequence's decode uses the 1-token kernel.
  *
  * Two variants come from one template (matmul_tile.h): plain AVX2 (integer
  * block sums with maddubs + madd) and AVX-VNNI (vpdpbusd).  Both compute the
@@ -25,6 +26,13 @@
  * ahead of the block being read (measured: about 4% faster decode).
  */
 #define MM_PREFETCH 4096
+
+/*
+ * Rows of up to this many blocks (4096 elements) take the scaled form for
+ * 6..8 tokens; its buffers live on the stack: MM_MAX_NB * 8 * (32 + 2 * 4)
+ * bytes (40 KiB).
+ */
+#define MM_MAX_NB 128
 
 /* ---- AVX2: u8 x s8 pairs to 16 bits (cannot saturate here), then to 32 ---- */
 
