@@ -32,6 +32,8 @@
  *           little-endian float32 rows of n_vocab.
  * All three take --kv-type f16|q8_0 (default f16): the KV cache's element
  * type (opus_ctx_params.kv_type).
+ * All three take --device cpu|auto|cuda:N (default cpu): the backend the
+ * context runs on (a CUDA name fails unless this build and machine have it).
  * Exit codes: 0 ok, 1 runtime error, 2 usage error.
  */
 #include <errno.h>
@@ -48,6 +50,9 @@
 #include "sampler.h"
 #include "tokenizer.h"
 
+/* --device of the running command (zero: the CPU) */
+static struct opus_device cli_device;
+
 #define PREFILL_CHUNK 512
 
 /* --kv-type of the running command (zero: F16) */
@@ -63,6 +68,22 @@ parse_kv_type(const char *s)
 		return true;
 	fprintf(stderr, "opus_engine: --kv-type must be f16 or q8_0\n");
 	return false;
+}
+
+/* --device NAME, checked against this build and machine (message on stderr). */
+static bool
+parse_device(const char *s)
+{
+	struct opus_error err = {0};
+
+	if (!s)
+		return false;
+	if (opus_device_parse(s, &cli_device, &err) != OPUS_OK)
+	{
+		fprintf(stderr, "opus_engine: %s\n", err.msg);
+		return false;
+	}
+	return true;
 }
 
 static bool
@@ -159,6 +180,7 @@ open_model(const char *cmd, const char *path, int n_threads, int n_ctx,
 	if (opus_model_load(path, NULL, m, &err) != OPUS_OK)
 		return runtime_error(cmd, &err);
 	cp.n_threads = n_threads;
+	cp.device = cli_device;
 	cp.block_size = 16;
 	cp.n_ctx = n_ctx;
 	cp.n_blocks = (n_ctx + cp.block_size - 1) / cp.block_size;
@@ -320,6 +342,8 @@ opus_cli_run(int argc, char **argv)
 			ok = parse_kv_type(v);
 		else if (strcmp(a, "--threads") == 0 || strcmp(a, "-t") == 0)
 			ok = parse_int(v, 1, 256, &n_threads);
+		else if (strcmp(a, "--device") == 0)
+			ok = parse_device(v);
 		else
 		{
 			fprintf(stderr, "opus_engine run: unknown option \"%s\"\n", a);
@@ -384,7 +408,7 @@ opus_cli_run(int argc, char **argv)
 	c = NULL;
 	{
 		struct opus_ctx_params cp = {
-			.n_threads = n_threads,.block_size = 16,.n_ctx = n_ctx,
+			.n_threads = n_threads,.block_size = 16,.device = cli_device,.n_ctx = n_ctx,
 			.n_blocks = (n_ctx + 15) / 16,
 			.max_batch_tokens = n_prompt < PREFILL_CHUNK ? (int) n_prompt : PREFILL_CHUNK,
 			.kv_type = cli_kv_type,
@@ -535,6 +559,7 @@ bench_sessions(const char *model_path, const char *levels, int n_pp, int n_tg,
 		opus_sampling_defaults(&sp);
 		sp.temperature = 0.0f;
 		cp.n_threads = n_threads;
+		cp.device = cli_device;
 		cp.kv_type = cli_kv_type;
 		cp.block_size = 16;
 		cp.n_ctx = n_pp + n_tg + 1;
@@ -721,6 +746,8 @@ opus_cli_bench(int argc, char **argv)
 			ok = parse_kv_type(v);
 		else if (strcmp(a, "--threads") == 0 || strcmp(a, "-t") == 0)
 			ok = parse_int(v, 1, 256, &n_threads);
+		else if (strcmp(a, "--device") == 0)
+			ok = parse_device(v);
 		else if (strcmp(a, "--sessions") == 0)
 			ok = (sessions = v)[strspn(v, "0123456789,")] == '\0' && v[0] != '\0';
 		else
@@ -973,6 +1000,8 @@ opus_cli_logits(int argc, char **argv)
 			ok = parse_kv_type(v);
 		else if (strcmp(a, "--threads") == 0 || strcmp(a, "-t") == 0)
 			ok = parse_int(v, 1, 256, &n_threads);
+		else if (strcmp(a, "--device") == 0)
+			ok = parse_device(v);
 		else if (strcmp(a, "--dump") == 0)
 			dump = v;
 		else
@@ -1026,7 +1055,7 @@ opus_cli_logits(int argc, char **argv)
 	c = NULL;
 	{
 		struct opus_ctx_params cp = {
-			.n_threads = n_threads,.block_size = 16,.n_ctx = (int) n,
+			.n_threads = n_threads,.block_size = 16,.device = cli_device,.n_ctx = (int) n,
 			.n_blocks = (n + 15) / 16,
 			.max_batch_tokens = n < PREFILL_CHUNK ? (int) n : PREFILL_CHUNK,
 			.kv_type = cli_kv_type,

@@ -129,7 +129,13 @@ opus_kv_init(struct opus_kv *kv, const struct opus_hparams *hp,
 	if (opus_mul_overflow_u64(kv->block_bytes, (unsigned long long) p->n_blocks, &total) ||
 		total > SIZE_MAX / 2)
 		return opus_error_set(err, OPUS_ERR_NOMEM, "kv cache size overflows");
-	if (p->kv_memory)
+	if (p->device.kind != OPUS_DEVICE_CPU)
+	{
+		/* the backend keeps the blocks in device memory */
+		kv->mem = NULL;
+		kv->mem_owned = false;
+	}
+	else if (p->kv_memory)
 	{
 		if (p->kv_memory_size < total)
 			return opus_error_set(err, OPUS_ERR_INVALID_ARG,

@@ -657,9 +657,9 @@ opus_ctx_create(struct opus_model *m, const struct opus_ctx_params *p,
 			return opus_error_set(err, OPUS_ERR_NOMEM, "out of memory creating context");
 		}
 	}
-	if ((st = opus_kv_init(&c->kv, &m->hp, &c->params, err)) != OPUS_OK ||
-		(st = opus_pool_create(p->n_threads, &c->pool, err)) != OPUS_OK ||
-		(st = opus_fwd_state_create(c, err)) != OPUS_OK)
+	if ((st = opus_backend_select(&p->device, &c->ops, err)) != OPUS_OK ||
+		(st = opus_kv_init(&c->kv, &m->hp, &c->params, err)) != OPUS_OK ||
+		(st = c->ops->create(c, err)) != OPUS_OK)
 	{
 		opus_ctx_free(c);
 		return st;
@@ -673,9 +673,8 @@ opus_ctx_free(struct opus_ctx *c)
 {
 	if (!c)
 		return;
-	opus_fwd_state_free(c->fs);
-	if (c->pool)
-		opus_pool_free(c->pool);
+	if (c->ops)
+		c->ops->destroy(c);
 	opus_kv_destroy(&c->kv);
 	free(c->expert_load);
 	free(c);

@@ -94,6 +94,35 @@ uint64_t	opus_model_identity(const struct opus_model *m);
 /* ---- run state ---- */
 
 /*
+ * Where a context runs.  Zero-initialised means the CPU, so existing
+ * callers keep the CPU backend.  opus_device_parse reads the names the
+ * opus.device setting and the --device flags use.
+ */
+enum opus_device_kind
+{
+	OPUS_DEVICE_CPU = 0,
+	OPUS_DEVICE_CUDA = 1
+};
+
+struct opus_device
+{
+	enum opus_device_kind kind;
+	int			index;			/* CUDA device ordinal */
+};
+
+/*
+ * Parse "cpu", "auto" or "cuda:N" ("cuda" = "cuda:0").  "auto" resolves to
+ * cuda:0 when this engine was built with CUDA and a device exists, else to
+ * the CPU.  A CUDA name is checked here: OPUS_ERR_UNSUPPORTED when the
+ * engine was built without CUDA, OPUS_ERR_DEVICE when device N does not
+ * exist (or the driver cannot be used); OPUS_ERR_INVALID_ARG for a bad name.
+ */
+enum opus_status opus_device_parse(const char *name, struct opus_device *out,
+								   struct opus_error *err);
+/* "cpu" or "cuda:N" into buf (len >= 16); returns buf. */
+const char *opus_device_name(const struct opus_device *d, char *buf, size_t len);
+
+/*
  * Element type of the KV cache.  F16 (the default): K and V as IEEE half
  * floats.  Q8_0: each run of 32 values along head_dim as 32 int8 quants
  * and one F16 scale (1.0625 bytes a value instead of 2, so a pool of the
@@ -135,6 +164,13 @@ struct opus_ctx_params
 	 */
 	bool		llama_batch_order;
 
+	/*
+	 * The backend (zero: the CPU).  On a CUDA device the weights are
+	 * uploaded once, the KV pool lives in device memory (kv_memory is not
+	 * used) and the forward pass runs there; see backend.h.
+	 */
+	struct opus_device device;
+
 	enum opus_kv_type kv_type;	/* element type of the KV cache (0 = F16) */
 };
 
@@ -149,6 +185,8 @@ enum opus_status opus_ctx_create(struct opus_model *m,
 								 struct opus_error *err);
 void		opus_ctx_free(struct opus_ctx *c);
 int64_t		opus_ctx_free_blocks(const struct opus_ctx *c);
+/* The backend running c, e.g. "cpu" or "cuda:0 (NVIDIA H200, sm_90, ...)". */
+const char *opus_ctx_describe(const struct opus_ctx *c, char *buf, size_t len);
 
 /* A sequence: its block table and current length (positions 0..n_pos-1 cached). */
 struct opus_seq

@@ -6,6 +6,7 @@
 #ifndef OPUS_MODEL_INT_H
 #define OPUS_MODEL_INT_H
 
+#include "backend.h"
 #include "model.h"
 #include "moe.h"
 #include "threadpool.h"
@@ -163,8 +164,10 @@ struct opus_ctx
 	struct opus_model *model;
 	struct opus_ctx_params params;
 	struct opus_kv kv;
-	struct opus_pool *pool;
-	struct opus_fwd_state *fs;	/* scratch of the forward pass (forward.c) */
+	const struct opus_backend_ops *ops;	/* the backend (backend.h) */
+	void	   *be;				/* a device backend's run state, else NULL */
+	struct opus_pool *pool;		/* CPU backend: threads */
+	struct opus_fwd_state *fs;	/* CPU backend: scratch of the forward pass (forward.c) */
 	uint64_t   *expert_load;	/* [n_layer][n_expert] tokens routed (MoE), else NULL */
 	struct opus_moe_io_stats moe_io;	/* updated by the forward pass */
 };

@@ -924,9 +924,13 @@ serve_start(struct serve *s, const struct opus_proto_hello *hello,
 				per_block;
 	enum opus_status st;
 
-	if (strcmp(hello->device, "cpu") != 0)
-		return opus_error_set(err, OPUS_ERR_UNSUPPORTED,
-							  "device \"%s\" is not supported by this engine build", hello->device);
+	struct opus_device device;
+	char		desc[160];
+
+	/* "auto" resolves here; a CUDA device this build or machine lacks fails */
+	st = opus_device_parse(hello->device, &device, err);
+	if (st != OPUS_OK)
+		return st;
 	st = opus_model_load(hello->model_path, &lp, &s->model, err);
 	if (st != OPUS_OK)
 		return st;
@@ -934,6 +938,7 @@ serve_start(struct serve *s, const struct opus_proto_hello *hello,
 	s->tok = opus_model_tokenizer(s->model);
 
 	memset(&cp, 0, sizeof(cp));
+	cp.device = device;
 	cp.n_threads = hello->n_threads;
 	cp.block_size = hello->kv_block_size;
 	cp.max_batch_tokens = hello->max_batch_tokens;
@@ -957,10 +962,14 @@ serve_start(struct serve *s, const struct opus_proto_hello *hello,
 	fprintf(stderr, "opus_engine serve: kv cache %s, %" PRId64 " blocks of %d tokens (%" PRId64 " tokens)\n",
 			opus_kv_type_name(cp.kv_type), cp.n_blocks, cp.block_size,
 			cp.n_blocks * cp.block_size);
-	map_kv_arena(s, &cp);
+	/* a device backend keeps the KV pool in device memory */
+	if (device.kind == OPUS_DEVICE_CPU)
+		map_kv_arena(s, &cp);
 	st = opus_ctx_create(s->model, &cp, &s->ctx, err);
 	if (st != OPUS_OK)
 		return st;
+	fprintf(stderr, "opus_engine serve: running on %s\n",
+			opus_ctx_describe(s->ctx, desc, sizeof(desc)));
 	st = opus_sched_create(s->ctx, on_event, s, &s->sched, err);
 	if (st != OPUS_OK)
 		return st;

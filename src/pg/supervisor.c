@@ -729,9 +729,11 @@ maybe_start_engine(void)
 	hello.kv_block_size = opus_kv_block_size;
 	hello.max_batch_tokens = opus_max_batch_tokens;
 	hello.kv_cache_type = applied_kv_type;
-	/* "auto" means the best device this engine has: cpu for now. */
-	strlcpy(hello.device, strcmp(opus_device, "auto") == 0 ? "cpu" : opus_device,
-			sizeof(hello.device));
+	/*
+	 * The engine resolves "auto" (cuda:0 when it was built with CUDA and
+	 * sees a GPU, else cpu) and fails a CUDA device it cannot use.
+	 */
+	strlcpy(hello.device, opus_device, sizeof(hello.device));
 	strlcpy(hello.model_path, eng.model_path, sizeof(hello.model_path));
 	opus_proto_writer_init(&w, payload, sizeof(payload));
 	opus_proto_encode_hello(&w, &hello);
