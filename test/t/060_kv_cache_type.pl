@@ -4,8 +4,9 @@
 # Switched to q8_0 by ALTER SYSTEM + reload, the engine restarts with about
 # 1.88 times the blocks in the same opus.kv_cache_size (a Q8_0 value takes
 # 1.0625 bytes instead of 2), SHOW reports the setting, and a greedy
-# generation still says "Paris"; a 40-token prompt sent twice gives the
-# same text the second time with whole blocks from the prefix cache.  A
+# generation still says "Paris"; a long prompt sent twice gives the same
+# text the second time with whole blocks from the prefix cache; greedy and
+# seeded requests give the same text alone and amid 4 other sessions.  A
 # reset goes back to f16 with the original block count.
 use strict;
 use warnings;
@@ -76,6 +77,31 @@ my ($second, $cached) = split /\n/,
 	SELECT cached_tokens FROM opus_last_request()");
 is($second, $first, 'same text with a prefix-cache hit');
 cmp_ok($cached, '>=', 16, "the second request reused cached blocks ($cached tokens)");
+
+# determinism on Q8_0 blocks: the same texts alone and amid other sessions
+my @prompts = ('Write a haiku about the sea.', 'In 1969,', 'The three primary colors are',
+	'PostgreSQL is a');
+my @others = ('Tell me a story about a dragon.', 'List five fruits:', 'Why is the sky blue?',
+	'The recipe for bread is');
+sub gen_sql
+{
+	my ($p, $seeded, $max) = @_;
+	my $opts = $seeded ? 'temperature => 0.8, seed => 7' : 'temperature => 0';
+	return "SELECT opus_generate('$p', max_tokens => $max, $opts)";
+}
+my @alone = map { sql(gen_sql($_, ($_ =~ /1969/ ? 1 : 0), 16)) } @prompts;
+my @q;
+for my $i (0 .. $#prompts)
+{
+	push @q, start_query($node, gen_sql($prompts[$i], ($prompts[$i] =~ /1969/ ? 1 : 0), 16));
+	push @q, start_query($node, gen_sql($others[$i], $i % 2, 6 + 5 * $i));
+}
+wait_query($_, 120) for @q;
+is(scalar(grep { $_->{rc} ne '0' } @q), 0, '8 concurrent sessions on q8_0 all complete');
+for my $i (0 .. $#prompts)
+{
+	is($q[2 * $i]->{out}, $alone[$i], "q8_0: same text alone and amid others: $prompts[$i]");
+}
 
 my $back = switch_to('ALTER SYSTEM RESET opus.kv_cache_type', $b8);
 is($back, $b16, 'back to f16: the original block count');
