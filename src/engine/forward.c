@@ -307,6 +307,36 @@ mm_store(const struct mm_job *job, float *d, int64_t r, float val)
 		d[r] = val;
 }
 
+/*
+ * Store a tile kernel's results, out[i * 8 + c] for row r0 + i (i < n) and
+ * token t + c (c < cc), exactly as mm_store would, the job's flags read once
+ * per token rather than per element.
+ */
+static void
+mm_scatter(const struct mm_job *job, const float *out, int64_t r0, int64_t n, int t, int cc)
+{
+	const float *bias = job->bias ? job->bias + r0 : NULL;
+
+	for (int c = 0; c < cc; c++)
+	{
+		float	   *restrict d = (job->dst_rows ? job->dst_rows[t + c] : job->dst + (t + c) * job->ld) + r0;
+		const float *o = out + c;
+
+		if (job->accumulate && bias)
+			for (int64_t i = 0; i < n; i++)
+				d[i] += o[i * 8] + bias[i];
+		else if (job->accumulate)
+			for (int64_t i = 0; i < n; i++)
+				d[i] += o[i * 8];
+		else if (bias)
+			for (int64_t i = 0; i < n; i++)
+				d[i] = o[i * 8] + bias[i];
+		else
+			for (int64_t i = 0; i < n; i++)
+				d[i] = o[i * 8];
+	}
+}
+
 /* One unit: rows r0..r1 of job's matrix for tokens t0..t1 (t0 a multiple of 8). */
 static void
 mm_unit(struct opus_fwd_state *fs, const struct mm_job *job, const struct act *act,
@@ -329,13 +359,7 @@ mm_unit(struct opus_fwd_state *fs, const struct mm_job *job, const struct act *a
 						   W->row_bytes, act->xq[job->slot] + (size_t) t * fs->xq_stride,
 						   fs->xq_stride, act->xs[job->slot] + (size_t) (t / 8) * fs->xs_stride,
 						   out);
-			for (int c = 0; c < cc; c++)
-			{
-				float	   *d = job->dst_rows ? job->dst_rows[t + c] : job->dst + (t + c) * job->ld;
-
-				for (int64_t r = r0; r < r1; r++)
-					mm_store(job, d, r, out[(r - r0) * 8 + c]);
-			}
+			mm_scatter(job, out, r0, r1 - r0, t, cc);
 		}
 		return;
 	}
@@ -1130,11 +1154,12 @@ enum opus_status
 opus_forward(struct opus_ctx *c, struct opus_batch_item *items, int n_items,
 			 struct opus_error *err)
 {
+	struct opus_fwd_state *fs = c->fs;
 	struct opus_kv *kv = &c->kv;
 	const struct opus_hparams *hp = &c->model->hp;
 	int64_t		n_tok = 0;
 	int64_t		need = 0;
-	enum opus_status st = OPUS_OK;
+	int			t;
 
 	if (n_items < 0 || (n_items > 0 && !items))
 		return opus_error_set(err, OPUS_ERR_INVALID_ARG, "bad batch");
@@ -1151,9 +1176,9 @@ opus_forward(struct opus_ctx *c, struct opus_batch_item *items, int n_items,
 		if (it->n_tokens == 0)
 			continue;
 		n_tok += it->n_tokens;
-		if (n_tok > c->params.max_batch_tokens)
+		if (n_tok > fs->n_batch)
 			return opus_error_set(err, OPUS_ERR_INVALID_ARG,
-								  "batch has more than %d tokens", c->params.max_batch_tokens);
+								  "batch has more than %d tokens", fs->n_batch);
 		if (s->n_pos < 0 || s->n_blocks != blocks_for(kv, s->n_pos))
 			return opus_error_set(err, OPUS_ERR_INVALID_ARG,
 								  "sequence of batch item %d is inconsistent", i);
@@ -1219,49 +1244,14 @@ opus_forward(struct opus_ctx *c, struct opus_batch_item *items, int n_items,
 			int32_t		old = s->blocks[s->n_pos / kv->block_size];
 			int32_t		fresh = opus_kv_alloc(kv);
 
-			if (st == OPUS_OK)
-				st = c->ops->copy_block(c, fresh, old, err);
+			memcpy(kv->mem + (size_t) fresh * kv->block_bytes,
+				   kv->mem + (size_t) old * kv->block_bytes, kv->block_bytes);
 			opus_kv_unref(kv, old);
 			s->blocks[s->n_pos / kv->block_size] = fresh;
 		}
 		while (s->n_blocks < nb)
 			s->blocks[s->n_blocks++] = opus_kv_alloc(kv);
 	}
-
-	/* the backend's pass (a failed one gives back the blocks just taken) */
-	if (st == OPUS_OK)
-		st = c->ops->forward(c, items, n_items, err);
-	if (st != OPUS_OK)
-	{
-		for (int i = 0; i < n_items; i++)
-		{
-			struct opus_seq *s = items[i].seq;
-
-			while (s->n_blocks > blocks_for(kv, s->n_pos))
-				opus_kv_unref(kv, s->blocks[--s->n_blocks]);
-		}
-		return st;
-	}
-	for (int i = 0; i < n_items; i++)
-		items[i].seq->n_pos += items[i].n_tokens;
-	return OPUS_OK;
-}
-
-/*
- * The CPU backend's forward pass (backend.h): lay the batch out for the
- * workers and run them on the context's thread pool.
- */
-enum opus_status
-opus_cpu_forward(struct opus_ctx *c, struct opus_batch_item *items, int n_items,
-				 struct opus_error *err)
-{
-	struct opus_fwd_state *fs = c->fs;
-	const struct opus_hparams *hp = &c->model->hp;
-	int64_t		n_tok = 0;
-	int			t;
-
-	for (int i = 0; i < n_items; i++)
-		n_tok += items[i].n_tokens;
 
 	/* lay out the batch's tokens and the logits wanted */
 	t = 0;
@@ -1301,5 +1291,8 @@ opus_cpu_forward(struct opus_ctx *c, struct opus_batch_item *items, int n_items,
 	}
 
 	opus_pool_run(c->pool, forward_worker, fs);
+
+	for (int i = 0; i < n_items; i++)
+		items[i].seq->n_pos += items[i].n_tokens;
 	return OPUS_OK;
 }
