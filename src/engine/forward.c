@@ -1154,12 +1154,11 @@ enum opus_status
 opus_forward(struct opus_ctx *c, struct opus_batch_item *items, int n_items,
 			 struct opus_error *err)
 {
-	struct opus_fwd_state *fs = c->fs;
 	struct opus_kv *kv = &c->kv;
 	const struct opus_hparams *hp = &c->model->hp;
 	int64_t		n_tok = 0;
 	int64_t		need = 0;
-	int			t;
+	enum opus_status st = OPUS_OK;
 
 	if (n_items < 0 || (n_items > 0 && !items))
 		return opus_error_set(err, OPUS_ERR_INVALID_ARG, "bad batch");
@@ -1176,9 +1175,9 @@ opus_forward(struct opus_ctx *c, struct opus_batch_item *items, int n_items,
 		if (it->n_tokens == 0)
 			continue;
 		n_tok += it->n_tokens;
-		if (n_tok > fs->n_batch)
+		if (n_tok > c->params.max_batch_tokens)
 			return opus_error_set(err, OPUS_ERR_INVALID_ARG,
-								  "batch has more than %d tokens", fs->n_batch);
+								  "batch has more than %d tokens", c->params.max_batch_tokens);
 		if (s->n_pos < 0 || s->n_blocks != blocks_for(kv, s->n_pos))
 			return opus_error_set(err, OPUS_ERR_INVALID_ARG,
 								  "sequence of batch item %d is inconsistent", i);
@@ -1244,14 +1243,49 @@ opus_forward(struct opus_ctx *c, struct opus_batch_item *items, int n_items,
 			int32_t		old = s->blocks[s->n_pos / kv->block_size];
 			int32_t		fresh = opus_kv_alloc(kv);
 
-			memcpy(kv->mem + (size_t) fresh * kv->block_bytes,
-				   kv->mem + (size_t) old * kv->block_bytes, kv->block_bytes);
+			if (st == OPUS_OK)
+				st = c->ops->copy_block(c, fresh, old, err);
 			opus_kv_unref(kv, old);
 			s->blocks[s->n_pos / kv->block_size] = fresh;
 		}
 		while (s->n_blocks < nb)
 			s->blocks[s->n_blocks++] = opus_kv_alloc(kv);
 	}
+
+	/* the backend's pass (a failed one gives back the blocks just taken) */
+	if (st == OPUS_OK)
+		st = c->ops->forward(c, items, n_items, err);
+	if (st != OPUS_OK)
+	{
+		for (int i = 0; i < n_items; i++)
+		{
+			struct opus_seq *s = items[i].seq;
+
+			while (s->n_blocks > blocks_for(kv, s->n_pos))
+				opus_kv_unref(kv, s->blocks[--s->n_blocks]);
+		}
+		return st;
+	}
+	for (int i = 0; i < n_items; i++)
+		items[i].seq->n_pos += items[i].n_tokens;
+	return OPUS_OK;
+}
+
+/*
+ * The CPU backend's forward pass (backend.h): lay the batch out for the
+ * workers and run them on the context's thread pool.
+ */
+enum opus_status
+opus_cpu_forward(struct opus_ctx *c, struct opus_batch_item *items, int n_items,
+				 struct opus_error *err)
+{
+	struct opus_fwd_state *fs = c->fs;
+	const struct opus_hparams *hp = &c->model->hp;
+	int64_t		n_tok = 0;
+	int			t;
+
+	for (int i = 0; i < n_items; i++)
+		n_tok += items[i].n_tokens;
 
 	/* lay out the batch's tokens and the logits wanted */
 	t = 0;
@@ -1291,8 +1325,5 @@ opus_forward(struct opus_ctx *c, struct opus_batch_item *items, int n_items,
 	}
 
 	opus_pool_run(c->pool, forward_worker, fs);
-
-	for (int i = 0; i < n_items; i++)
-		items[i].seq->n_pos += items[i].n_tokens;
 	return OPUS_OK;
 }
