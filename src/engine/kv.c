@@ -119,6 +119,10 @@ opus_kv_init(struct opus_kv *kv, const struct opus_hparams *hp,
 	if (p->kv_type != OPUS_KV_F16 && p->llama_batch_order)
 		return opus_error_set(err, OPUS_ERR_UNSUPPORTED,
 							  "llama.cpp batch order needs an f16 kv cache");
+	if (p->kv_type != OPUS_KV_F16 && p->device.kind != OPUS_DEVICE_CPU)
+		return opus_error_set(err, OPUS_ERR_UNSUPPORTED,
+							  "a %s kv cache runs on the cpu only; use opus.kv_cache_type f16 on a gpu",
+							  opus_kv_type_name(p->kv_type));
 	kv->type = p->kv_type;
 	kv->block_size = p->block_size;
 	kv->n_blocks = p->n_blocks;
