@@ -7,7 +7,8 @@
 # Any src/engine/*.c is part of the engine; files named *_avx2.c are compiled
 # with -mavx2 -mfma -mf16c and only called after a run-time CPU check.
 
-ENGINE_SRCS := $(sort $(wildcard src/engine/*.c))
+# (backend_cuda*.c: the CUDA backend's host side, built only for CUDA, below)
+ENGINE_SRCS := $(sort $(filter-out src/engine/backend_cuda%.c,$(wildcard src/engine/*.c)))
 ENGINE_CC ?= gcc
 ENGINE_WARN := -Wall -Wextra -Wshadow -Wno-unused-parameter -Werror
 ENGINE_CFLAGS_BASE := -std=gnu11 -D_GNU_SOURCE -iquote src/engine -iquote src $(ENGINE_WARN) -fPIC -pthread
@@ -34,8 +35,82 @@ build/engine-san/%.o: src/engine/%.c $(ENGINE_HDRS)
 	@mkdir -p $(dir $@)
 	$(ENGINE_CC) $(ENGINE_CFLAGS_BASE) $(ENGINE_SAN) $(call flags_for,$<) -c $< -o $@
 
-build/opus_engine: src/opus_engine.c $(ENGINE_OBJS)
-	$(ENGINE_CC) $(ENGINE_CFLAGS_BASE) $(ENGINE_OPT) $< $(ENGINE_OBJS) -o $@ $(ENGINE_LIBS)
+# ---------------------------------------------------------------------------
+# CUDA backend (kernels/*.cu, src/engine/backend_cuda.c; README "CUDA backend").
+# Built into build/opus_engine when nvcc is found (CUDA=1 insists, CUDA=0
+# forces a CPU-only engine).  Only opus_engine and the GPU check
+# build/gpu/test_gpu link CUDA: the unit and golden tests use the CPU-only
+# objects and the PostgreSQL library never sees any of it.  backend.c is
+# compiled a second time with OPUS_HAVE_CUDA for the CUDA engine.
+#
+#   make gpu      build/opus_engine (with CUDA) and build/gpu/test_gpu
+
+CUDA_HOME ?= /usr/local/cuda
+NVCC ?= $(firstword $(wildcard $(CUDA_HOME)/bin/nvcc) $(shell command -v nvcc 2>/dev/null))
+ifeq ($(origin CUDA),undefined)
+CUDA := $(if $(NVCC),1,0)
+endif
+# H200/H100 (sm_90) and A100-class (sm_80) binaries, and sm_90 PTX for newer GPUs
+CUDA_ARCHS ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
+	-gencode arch=compute_90,code=compute_90
+NVCC_FLAGS := -std=c++20 -O3 --Werror all-warnings \
+	-Xcompiler -Wall,-Wextra,-Werror,-Wno-unused-parameter,-fPIC $(CUDA_ARCHS)
+CUDA_LIBDIR ?= $(CUDA_HOME)/lib64
+# the runtime statically; cuBLAS is dlopen'ed by backend_cuda.c when a CUDA
+# context is made (the rpath lets it find libcublas here)
+CUDA_LIBS := -L$(CUDA_LIBDIR) -Wl,-rpath,$(CUDA_LIBDIR) -lcudart_static -ldl -lrt -lpthread -lstdc++
+CUDA_CFLAGS := -DOPUS_HAVE_CUDA -iquote kernels -isystem $(CUDA_HOME)/include
+KERNEL_SRCS := $(sort $(wildcard kernels/*.cu))
+KERNEL_OBJS := $(patsubst kernels/%.cu,build/cuda/%.o,$(KERNEL_SRCS))
+KERNEL_HDRS := $(wildcard kernels/*.h kernels/*.cuh)
+
+ifeq ($(CUDA),1)
+ifeq ($(NVCC),)
+$(error CUDA=1 but no nvcc in $(CUDA_HOME)/bin or on PATH)
+endif
+ENGINE_BIN_OBJS := $(filter-out build/engine/backend.o,$(ENGINE_OBJS)) \
+	build/cuda/backend.o build/cuda/backend_cuda.o $(KERNEL_OBJS)
+ENGINE_BIN_LIBS := $(ENGINE_LIBS) $(CUDA_LIBS)
+else
+ENGINE_BIN_OBJS := $(ENGINE_OBJS)
+ENGINE_BIN_LIBS := $(ENGINE_LIBS)
+endif
+
+build/cuda/%.o: kernels/%.cu $(KERNEL_HDRS)
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCC_FLAGS) -c $< -o $@
+
+build/cuda/backend.o: src/engine/backend.c $(ENGINE_HDRS)
+	@mkdir -p $(dir $@)
+	$(ENGINE_CC) $(ENGINE_CFLAGS_BASE) $(ENGINE_OPT) $(CUDA_CFLAGS) -c $< -o $@
+
+build/cuda/backend_cuda.o: src/engine/backend_cuda.c $(ENGINE_HDRS) $(KERNEL_HDRS)
+	@mkdir -p $(dir $@)
+	$(ENGINE_CC) $(ENGINE_CFLAGS_BASE) $(ENGINE_OPT) $(CUDA_CFLAGS) -c $< -o $@
+
+# The GPU check's program (test/gpu/README): kernels against the CPU
+# reference, whole forward passes on both backends, throughput.
+build/gpu/test_gpu: test/gpu/test_gpu.c $(ENGINE_BIN_OBJS) test/unit/unit.h
+	@mkdir -p $(dir $@)
+	$(ENGINE_CC) $(ENGINE_CFLAGS_BASE) $(ENGINE_OPT) $(CUDA_CFLAGS) -iquote test/unit $< \
+		$(ENGINE_BIN_OBJS) -o $@ $(ENGINE_BIN_LIBS) -lcublas
+
+.PHONY: gpu
+ifeq ($(CUDA),1)
+gpu: build/opus_engine build/gpu/test_gpu
+# CI (no GPU) compiles and links the whole CUDA path with the default build
+all: build/gpu/test_gpu
+else
+gpu:
+	@echo "make gpu: no nvcc found (CUDA_HOME=$(CUDA_HOME)); set CUDA_HOME or NVCC" >&2; exit 1
+endif
+
+# relink when CUDA is switched on or off
+CUDA_SETTING := build/cuda-setting
+$(shell mkdir -p build; [ "$$(cat $(CUDA_SETTING) 2>/dev/null)" = "$(CUDA)" ] || echo "$(CUDA)" > $(CUDA_SETTING))
+
+build/opus_engine: src/opus_engine.c $(ENGINE_BIN_OBJS) $(CUDA_SETTING)
+	$(ENGINE_CC) $(ENGINE_CFLAGS_BASE) $(ENGINE_OPT) $< $(ENGINE_BIN_OBJS) -o $@ $(ENGINE_BIN_LIBS)
 
 build/unit/%: test/unit/%.c $(ENGINE_SAN_OBJS) test/unit/unit.h
 	@mkdir -p $(dir $@)
