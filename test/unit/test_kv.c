@@ -3,7 +3,7 @@
  * allocation and reference counts, chain hashing, publishing and lookup
  * (with token verification), LRU eviction only when the free stack is
  * empty, sequences releasing last block first, attaching cached blocks,
- * and caller-provided pool memory.
+ * caller-provided pool memory, and the sizes of Q8_0 blocks.
  */
 #include <stdint.h>
 #include <string.h>
@@ -217,7 +217,7 @@ test_memory(void)
 	struct opus_ctx_params p = {0};
 	struct opus_kv kv;
 	struct opus_error err = {0};
-	size_t		bb = opus_kv_block_bytes(&hp, 4);
+	size_t		bb = opus_kv_block_bytes(&hp, 4, OPUS_KV_F16);
 	static _Alignas(64) uint8_t mem[1 << 16];
 
 	p.block_size = 4;
@@ -236,6 +236,23 @@ test_memory(void)
 	CHECK(mem[0] == 0, "destroy does not free caller memory");	/* ASan would catch a free */
 	p.block_size = 0;
 	CHECK(opus_kv_init(&kv, &hp, &p, &err) == OPUS_ERR_INVALID_ARG, "block size 0 rejected");
+	/* a Q8_0 pool needs heads of 32k values; this one's are 8 */
+	p.block_size = 4;
+	p.kv_type = OPUS_KV_Q8_0;
+	CHECK(opus_kv_init(&kv, &hp, &p, &err) == OPUS_ERR_UNSUPPORTED, "q8_0 with head size 8 rejected");
+}
+
+/* Q8_0 blocks: 32 int8 quants and one F16 scale per 32 values of a head. */
+static void
+test_q8_0_sizes(void)
+{
+	struct opus_hparams h = {.n_layer = 3,.n_head_kv = 2,.head_dim = 64};
+
+	CHECK(opus_kv_head_bytes(&h, 16, OPUS_KV_F16) == 16 * 64 * 2, "f16 head bytes");
+	CHECK(opus_kv_head_bytes(&h, 16, OPUS_KV_Q8_0) == 16 * 64 + 16 * 2 * 2, "q8_0 head bytes");
+	CHECK(opus_kv_block_bytes(&h, 16, OPUS_KV_Q8_0) == (3 * 2 * 2 * (16 * 64 + 64) + 63) / 64 * 64,
+		  "q8_0 block bytes: layers x K,V x heads, 64-byte aligned");
+	CHECK(opus_kv_block_bytes(&h, 5, OPUS_KV_Q8_0) % 64 == 0, "odd block size stays aligned");
 }
 
 int
@@ -246,5 +263,6 @@ main(void)
 	test_cache();
 	test_seq_release_order();
 	test_memory();
+	test_q8_0_sizes();
 	return UNIT_DONE();
 }
