@@ -130,6 +130,19 @@ cudaError_t opus_k_attention(cudaStream_t stream, const struct opus_k_kv *kv,
 cudaError_t opus_k_swiglu(cudaStream_t stream, const float *g, const float *u,
 						  float *h, int64_t n);
 
+/* dst[r][c] = src[idx[r]][c] for r < n_rows, c < n_cols. */
+cudaError_t opus_k_gather_rows(cudaStream_t stream, const float *src, size_t ld_src,
+							   const int32_t *idx, int n_rows, int64_t n_cols,
+							   float *dst, size_t ld_dst);
+
+/*
+ * Mixture of experts: out[t][c] += sum over k < n_used, in order, of
+ * w[t * n_used + k] * y[pair_row[t * n_used + k]][c], for t < n_tok, c < n.
+ */
+cudaError_t opus_k_moe_combine(cudaStream_t stream, const float *y, size_t ld_y,
+							   const int32_t *pair_row, const float *w, int n_tok,
+							   int n_used, int64_t n, float *out, size_t ld_out);
+
 /* out[r] = index of the largest of row r (the first on ties), r < n_rows. */
 cudaError_t opus_k_argmax(cudaStream_t stream, const float *x, size_t ldx,
 						  int n_rows, int n, int32_t *out);

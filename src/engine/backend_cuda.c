@@ -8,11 +8,18 @@
  * Built only when nvcc is found (engine.mk) and linked only into
  * opus_engine; a CPU-only build has no reference to anything here.
  *
- * What runs on the device (dense llama-family and qwen2 models, F16 KV):
+ * What runs on the device (llama-family incl. Mixtral, and qwen2; F16 KV):
  *   embed | per layer: rmsnorm | Q,K,V (+bias) | RoPE | store K,V | paged
  *   attention | x += Wo att | rmsnorm | gate, up | SwiGLU | x += Wdown h |
  *   final rmsnorm of the rows that want logits | logits.
- * Not yet: mixture-of-experts layers, per-head q/k norms (qwen3moe, olmoe),
+ * A mixture-of-experts layer (Mixtral: llama + experts, no shared expert):
+ *   rmsnorm | router logits (matvec) -> host | route on the host with moe.c
+ *   (the CPU's code: gating, top-k, weights, expert load counters) | group
+ *   the (token, choice) pairs by expert, tokens ascending -> device | gather
+ *   the pairs' input rows | per active expert: gate, up over its group (each
+ *   expert's weights read once per 8 tokens) | SwiGLU | per expert: down |
+ *   combine each token's choices in choice order into x.
+ * Not yet: a shared expert (qwen2moe), per-head q/k norms (qwen3moe, olmoe),
  * the Q8_0 KV cache, llama.cpp's multi-token attention order; creating a
  * context for those fails with OPUS_ERR_UNSUPPORTED.
  *
@@ -91,6 +98,12 @@ struct dlayer
 	const float *bq;			/* qwen2 biases, else NULL */
 	const float *bk;
 	const float *bv;
+	/* mixture of experts (the dense matrices above are unused) */
+	bool		is_moe;
+	struct dmat router;			/* [n_expert][n_embd] */
+	struct dmat *eg;			/* [n_expert] gate, up, down of each expert */
+	struct dmat *eu;
+	struct dmat *ed;
 };
 
 struct cuda_be
@@ -153,6 +166,25 @@ struct cuda_be
 	int64_t		blocks_cap;
 	float	   *h_logits;		/* [B][n_vocab] pinned */
 	float	  **out_dst;		/* [B] host destination row of each logits row */
+
+	/* mixture of experts: routing on the host, P = B * n_expert_used pairs */
+	struct opus_moe_scratch *moe;	/* moe.c's routing state */
+	int64_t		ff_exp;			/* expert feed-forward width */
+	float	   *d_rlog,
+			   *h_rlog;			/* [B][n_expert] router logits */
+	int32_t    *d_row_tok,
+			   *h_row_tok;		/* [P] token of each grouped row */
+	int32_t    *d_pair_row,
+			   *h_pair_row;		/* [B][n_used] grouped row of each (token, choice) */
+	float	   *d_pair_w,
+			   *h_pair_w;		/* [B][n_used] choice weights */
+	float	   *d_xg;			/* [P][n_embd] gathered inputs */
+	float	   *d_eg;			/* [P][ff_exp] gate */
+	float	   *d_eu;			/* [P][ff_exp] up */
+	float	   *d_eh;			/* [P][ff_exp] SwiGLU */
+	float	   *d_eo;			/* [P][n_embd] expert outputs */
+	int32_t    *grp_start;		/* [n_expert] host: first grouped row of each expert */
+	int32_t    *grp_count;		/* [n_expert] */
 };
 
 /* ---- cuBLAS, loaded on first use ---- */
@@ -271,32 +303,64 @@ check_wmat(const struct opus_wmat *w, struct opus_error *err)
 	return OPUS_OK;
 }
 
-/* Copy a weight matrix into the weight allocation at *off. */
+/* Copy a matrix (n_out rows of row_bytes at data) into the weight allocation at *off. */
 static enum opus_status
-upload_wmat(struct cuda_be *be, const struct opus_wmat *w, size_t *off, struct dmat *out,
-			struct opus_error *err)
+upload_raw(struct cuda_be *be, const uint8_t *data, int type, size_t row_bytes, int64_t n_in,
+		   int64_t n_out, size_t *off, struct dmat *out, struct opus_error *err)
 {
-	size_t		bytes = wmat_bytes(w);
+	size_t		bytes = row_bytes * (size_t) n_out;
 	enum opus_status st;
 
 	memset(out, 0, sizeof(*out));
-	if (!w->data)
+	if (!data)
 		return OPUS_OK;
-	st = ck(cudaMemcpy(be->weights + *off, w->data, bytes, cudaMemcpyHostToDevice),
+	st = ck(cudaMemcpy(be->weights + *off, data, bytes, cudaMemcpyHostToDevice),
 			"cudaMemcpy (weights to the device)", err);
 	if (st != OPUS_OK)
 		return st;
 	out->d = be->weights + *off;
-	out->type = (int) w->type;
-	out->row_bytes = w->row_bytes;
-	out->n_in = w->n_in;
-	out->n_out = w->n_out;
-	out->chunk_rows = WTILE_MAX_ELEMS / w->n_in;
+	out->type = type;
+	out->row_bytes = row_bytes;
+	out->n_in = n_in;
+	out->n_out = n_out;
+	out->chunk_rows = WTILE_MAX_ELEMS / n_in;
 	if (out->chunk_rows < GEMM_TILE)
 		out->chunk_rows = GEMM_TILE;
-	if (out->chunk_rows > w->n_out)
-		out->chunk_rows = w->n_out;
+	if (out->chunk_rows > n_out)
+		out->chunk_rows = n_out;
 	*off += align_up(bytes);
+	return OPUS_OK;
+}
+
+static enum opus_status
+upload_wmat(struct cuda_be *be, const struct opus_wmat *w, size_t *off, struct dmat *out,
+			struct opus_error *err)
+{
+	return upload_raw(be, w->data, (int) w->type, w->row_bytes, w->n_in, w->n_out, off, out, err);
+}
+
+static size_t
+moe_mat_bytes(const struct opus_moe_mat *w)
+{
+	return w->data ? w->row_bytes * (size_t) w->n_out : 0;
+}
+
+static enum opus_status
+upload_moe_mat(struct cuda_be *be, const struct opus_moe_mat *w, size_t *off, struct dmat *out,
+			   struct opus_error *err)
+{
+	return upload_raw(be, w->data, (int) w->type, w->row_bytes, w->n_in, w->n_out, off, out, err);
+}
+
+/* Check an expert matrix like check_wmat. */
+static enum opus_status
+check_moe_mat(const struct opus_moe_mat *w, int il, struct opus_error *err)
+{
+	if (!w->data || !opus_k_type_supported((int) w->type) || w->n_in % 32 != 0 ||
+		w->n_in > INT32_MAX || w->n_out > INT32_MAX)
+		return opus_error_set(err, OPUS_ERR_UNSUPPORTED,
+							  "the cuda backend cannot run the experts of layer %d (type %s, rows of %lld)",
+							  il, w->qi ? w->qi->name : "?", (long long) w->n_in);
 	return OPUS_OK;
 }
 
@@ -374,9 +438,10 @@ check_model(const struct opus_ctx *c, struct opus_error *err)
 	const struct opus_hparams *hp = &m->hp;
 	enum opus_status st;
 
-	if (hp->n_expert > 0)
+	if (hp->n_expert > 0 && (hp->n_expert_used < 1 || hp->n_expert_used > OPUS_MOE_MAX_USED))
 		return opus_error_set(err, OPUS_ERR_UNSUPPORTED,
-							  "the cuda backend does not run mixture-of-experts models yet; use opus.device = 'cpu'");
+							  "the cuda backend cannot route %d of %d experts",
+							  hp->n_expert_used, hp->n_expert);
 	if (hp->arch != OPUS_ARCH_LLAMA && hp->arch != OPUS_ARCH_QWEN2)
 		return opus_error_set(err, OPUS_ERR_UNSUPPORTED,
 							  "the cuda backend does not run architecture %s yet", hp->arch_name);
@@ -396,9 +461,35 @@ check_model(const struct opus_ctx *c, struct opus_error *err)
 		const struct opus_layer *L = &m->layers[il];
 		const struct opus_wmat *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
 
-		if (L->attn_q_norm || L->attn_k_norm || L->is_moe)
+		if (L->attn_q_norm || L->attn_k_norm)
 			return opus_error_set(err, OPUS_ERR_UNSUPPORTED,
-								  "the cuda backend does not run q/k-norm or expert layers yet");
+								  "the cuda backend does not run q/k-norm layers yet");
+		if (L->is_moe)
+		{
+			const struct opus_moe_experts *ex = &L->moe;
+
+			if (ex->has_shared)
+				return opus_error_set(err, OPUS_ERR_UNSUPPORTED,
+									  "the cuda backend does not run a shared expert (qwen2moe) yet");
+			if (ex->n_expert != hp->n_expert || ex->n_used != hp->n_expert_used ||
+				ex->n_embd != hp->n_embd || !L->router.data)
+				return opus_error_set(err, OPUS_ERR_UNSUPPORTED,
+									  "the cuda backend: layer %d's experts do not match the model", il);
+			if ((st = check_wmat(&L->router, err)) != OPUS_OK)
+				return st;
+			for (int e = 0; e < ex->n_expert; e++)
+			{
+				if ((st = check_moe_mat(&ex->gate[e], il, err)) != OPUS_OK ||
+					(st = check_moe_mat(&ex->up[e], il, err)) != OPUS_OK ||
+					(st = check_moe_mat(&ex->down[e], il, err)) != OPUS_OK)
+					return st;
+				if (ex->gate[e].n_out != hp->n_ff_exp || ex->up[e].n_out != hp->n_ff_exp ||
+					ex->down[e].n_in != hp->n_ff_exp)
+					return opus_error_set(err, OPUS_ERR_UNSUPPORTED,
+										  "the cuda backend needs experts of one width (layer %d)", il);
+			}
+			continue;
+		}
 		for (size_t i = 0; i < sizeof(ws) / sizeof(ws[0]); i++)
 		{
 			if (!ws[i]->data)
@@ -431,6 +522,14 @@ upload_model(struct cuda_be *be, const struct opus_model *m, struct opus_error *
 	{
 		const struct opus_layer *L = &m->layers[il];
 
+		if (L->is_moe)
+		{
+			total += align_up(wmat_bytes(&L->router));
+			for (int e = 0; e < L->moe.n_expert; e++)
+				total += align_up(moe_mat_bytes(&L->moe.gate[e])) +
+					align_up(moe_mat_bytes(&L->moe.up[e])) +
+					align_up(moe_mat_bytes(&L->moe.down[e]));
+		}
 		total += align_up(wmat_bytes(&L->wq)) + align_up(wmat_bytes(&L->wk)) +
 			align_up(wmat_bytes(&L->wv)) + align_up(wmat_bytes(&L->wo)) +
 			align_up(wmat_bytes(&L->w_gate)) + align_up(wmat_bytes(&L->w_up)) +
@@ -479,6 +578,24 @@ upload_model(struct cuda_be *be, const struct opus_model *m, struct opus_error *
 			(st = upload_vec(be, L->bk, kvd, &off, &D->bk, err)) != OPUS_OK ||
 			(st = upload_vec(be, L->bv, kvd, &off, &D->bv, err)) != OPUS_OK)
 			return st;
+		if (L->is_moe)
+		{
+			int			ne = L->moe.n_expert;
+
+			D->is_moe = true;
+			D->eg = calloc((size_t) ne, sizeof(struct dmat));
+			D->eu = calloc((size_t) ne, sizeof(struct dmat));
+			D->ed = calloc((size_t) ne, sizeof(struct dmat));
+			if (!D->eg || !D->eu || !D->ed)
+				return opus_error_set(err, OPUS_ERR_NOMEM, "out of memory for the cuda expert table");
+			if ((st = upload_wmat(be, &L->router, &off, &D->router, err)) != OPUS_OK)
+				return st;
+			for (int e = 0; e < ne; e++)
+				if ((st = upload_moe_mat(be, &L->moe.gate[e], &off, &D->eg[e], err)) != OPUS_OK ||
+					(st = upload_moe_mat(be, &L->moe.up[e], &off, &D->eu[e], err)) != OPUS_OK ||
+					(st = upload_moe_mat(be, &L->moe.down[e], &off, &D->ed[e], err)) != OPUS_OK)
+					return st;
+		}
 	}
 	if (off != total)
 		return opus_error_set(err, OPUS_ERR_INTERNAL, "cuda weight layout: %zu of %zu bytes placed",
@@ -508,6 +625,49 @@ ensure_blocks(struct cuda_be *be, int64_t n, struct opus_error *err)
 		(st = host_alloc((void **) &be->h_blocks, (size_t) cap * sizeof(int32_t), "block tables", err)) != OPUS_OK)
 		return st;
 	be->blocks_cap = cap;
+	return OPUS_OK;
+}
+
+/* Routing state and buffers of the MoE layers (B tokens, n_used choices each). */
+static enum opus_status
+moe_create(struct cuda_be *be, const struct opus_model *m, struct opus_error *err)
+{
+	const struct opus_hparams *hp = &m->hp;
+	const struct opus_moe_experts **layers;
+	size_t		B = (size_t) be->B,
+				P = B * (size_t) hp->n_expert_used,
+				E = (size_t) hp->n_embd,
+				ne = (size_t) hp->n_expert;
+	enum opus_status st;
+
+	be->ff_exp = hp->n_ff_exp;
+	layers = malloc(sizeof(*layers) * (size_t) hp->n_layer);
+	if (!layers)
+		return opus_error_set(err, OPUS_ERR_NOMEM, "out of memory for the cuda backend");
+	for (int il = 0; il < hp->n_layer; il++)
+		layers[il] = &m->layers[il].moe;
+	st = opus_moe_scratch_create(layers, hp->n_layer, be->B, &be->moe, err);
+	free(layers);
+	if (st != OPUS_OK)
+		return st;
+	be->grp_start = calloc(ne, sizeof(int32_t));
+	be->grp_count = calloc(ne, sizeof(int32_t));
+	if (!be->grp_start || !be->grp_count)
+		return opus_error_set(err, OPUS_ERR_NOMEM, "out of memory for the cuda backend");
+	if ((st = dev_alloc((void **) &be->d_rlog, B * ne * sizeof(float), "router logits", err)) != OPUS_OK ||
+		(st = host_alloc((void **) &be->h_rlog, B * ne * sizeof(float), "router logits", err)) != OPUS_OK ||
+		(st = dev_alloc((void **) &be->d_row_tok, P * sizeof(int32_t), "expert groups", err)) != OPUS_OK ||
+		(st = host_alloc((void **) &be->h_row_tok, P * sizeof(int32_t), "expert groups", err)) != OPUS_OK ||
+		(st = dev_alloc((void **) &be->d_pair_row, P * sizeof(int32_t), "expert groups", err)) != OPUS_OK ||
+		(st = host_alloc((void **) &be->h_pair_row, P * sizeof(int32_t), "expert groups", err)) != OPUS_OK ||
+		(st = dev_alloc((void **) &be->d_pair_w, P * sizeof(float), "expert weights", err)) != OPUS_OK ||
+		(st = host_alloc((void **) &be->h_pair_w, P * sizeof(float), "expert weights", err)) != OPUS_OK ||
+		(st = dev_alloc((void **) &be->d_xg, P * E * sizeof(float), "expert inputs", err)) != OPUS_OK ||
+		(st = dev_alloc((void **) &be->d_eg, P * (size_t) be->ff_exp * sizeof(float), "expert activations", err)) != OPUS_OK ||
+		(st = dev_alloc((void **) &be->d_eu, P * (size_t) be->ff_exp * sizeof(float), "expert activations", err)) != OPUS_OK ||
+		(st = dev_alloc((void **) &be->d_eh, P * (size_t) be->ff_exp * sizeof(float), "expert activations", err)) != OPUS_OK ||
+		(st = dev_alloc((void **) &be->d_eo, P * E * sizeof(float), "expert outputs", err)) != OPUS_OK)
+		return st;
 	return OPUS_OK;
 }
 
@@ -634,6 +794,8 @@ cuda_create(struct opus_ctx *c, struct opus_error *err)
 	be->out_dst = calloc(B, sizeof(float *));
 	if (!be->out_dst)
 		return opus_error_set(err, OPUS_ERR_NOMEM, "out of memory for the cuda backend");
+	if (hp->n_expert > 0 && (st = moe_create(be, m, err)) != OPUS_OK)
+		return st;
 	if ((st = ensure_blocks(be, (int64_t) B * 4, err)) != OPUS_OK)
 		return st;
 	/*
@@ -661,9 +823,11 @@ cuda_destroy(struct opus_ctx *c)
 	{
 		void	   *dptrs[] = {be->weights, be->kv, be->x, be->xn, be->q, be->k, be->v, be->att,
 			be->gate, be->up, be->logits, be->blas_ws, be->xh, be->wtile, be->ctile, be->d_tok, be->d_pos,
-		be->d_btoff, be->d_outrow, be->d_cos, be->d_sin, be->d_blocks};
+		be->d_btoff, be->d_outrow, be->d_cos, be->d_sin, be->d_blocks, be->d_rlog, be->d_row_tok,
+		be->d_pair_row, be->d_pair_w, be->d_xg, be->d_eg, be->d_eu, be->d_eh, be->d_eo};
 		void	   *hptrs[] = {be->h_tok, be->h_pos, be->h_btoff, be->h_outrow, be->h_cos,
-		be->h_sin, be->h_blocks, be->h_logits};
+			be->h_sin, be->h_blocks, be->h_logits, be->h_rlog, be->h_row_tok, be->h_pair_row,
+		be->h_pair_w};
 
 		for (size_t i = 0; i < sizeof(dptrs) / sizeof(dptrs[0]); i++)
 			if (dptrs[i])
@@ -675,6 +839,15 @@ cuda_destroy(struct opus_ctx *c)
 	if (be->stream_made)
 		(void) cudaStreamDestroy(be->stream);
 	(void) cudaGetLastError();
+	for (int il = 0; be->layers && il < c->model->hp.n_layer; il++)
+	{
+		free(be->layers[il].eg);
+		free(be->layers[il].eu);
+		free(be->layers[il].ed);
+	}
+	opus_moe_scratch_free(be->moe);
+	free(be->grp_start);
+	free(be->grp_count);
 	free(be->layers);
 	free(be->out_dst);
 	free(be);
@@ -765,6 +938,123 @@ rope_row(const struct opus_model *m, float theta_scale, int32_t pos, float *cs, 
 	}
 }
 
+/*
+ * x += experts(rmsnorm(x)) for the N tokens of a MoE layer: router on the
+ * device, routing and grouping on the host (moe.c), experts and the
+ * combine on the device.
+ */
+static enum opus_status
+moe_layer(struct opus_ctx *c, struct cuda_be *be, int il, int N, struct opus_error *err)
+{
+	const struct opus_hparams *hp = &c->model->hp;
+	const struct opus_layer *L = &c->model->layers[il];
+	const struct dlayer *D = &be->layers[il];
+	const struct opus_moe_step_stats *mst;
+	int			E = hp->n_embd,
+				ne = hp->n_expert,
+				nu = hp->n_expert_used,
+				P = N * nu;
+	int64_t		Fe = be->ff_exp;
+	cudaStream_t s = be->stream;
+	enum opus_status st;
+
+	if ((st = ck(opus_k_rmsnorm(s, be->x, E, NULL, N, D->ffn_norm, E, hp->norm_eps, be->xn, E),
+				 "rmsnorm kernel launch", err)) != OPUS_OK ||
+		(st = ck(opus_k_matvec(s, D->router.type, D->router.d, D->router.row_bytes, D->router.n_in,
+							   D->router.n_out, be->xn, E, N, be->d_rlog, ne, NULL, 0),
+				 "router matvec launch", err)) != OPUS_OK ||
+		(st = ck(cudaMemcpyAsync(be->h_rlog, be->d_rlog, (size_t) N * ne * sizeof(float),
+								 cudaMemcpyDeviceToHost, s), "cudaMemcpyAsync (router logits)", err)) != OPUS_OK ||
+		(st = ck(cudaStreamSynchronize(s), "cudaStreamSynchronize (router logits)", err)) != OPUS_OK)
+		return st;
+
+	/* the CPU's routing: gating, top-k, weights, load counters */
+	opus_moe_route(be->moe, &L->moe, be->h_rlog, (size_t) ne, NULL, N,
+				   c->expert_load ? c->expert_load + (size_t) il * ne : NULL);
+	mst = opus_moe_last_stats(be->moe);
+	c->moe_io.bytes_last += (uint64_t) mst->weight_bytes;
+	c->moe_io.bytes_total += (uint64_t) mst->weight_bytes;
+	c->moe_io.active_last += mst->n_active;
+	if (mst->max_reads > c->moe_io.max_reads_last)
+		c->moe_io.max_reads_last = mst->max_reads;
+
+	/* groups: experts in index order, tokens ascending inside a group */
+	memset(be->grp_count, 0, sizeof(int32_t) * (size_t) ne);
+	for (int t = 0; t < N; t++)
+	{
+		const int32_t *ch = opus_moe_choices(be->moe, t);
+
+		for (int k = 0; k < nu; k++)
+		{
+			if (ch[k] < 0 || ch[k] >= ne)
+				return opus_error_set(err, OPUS_ERR_INTERNAL, "expert choice %d out of range", ch[k]);
+			be->grp_count[ch[k]]++;
+		}
+	}
+	for (int e = 0, row = 0; e < ne; e++)
+	{
+		be->grp_start[e] = row;
+		row += be->grp_count[e];
+	}
+	for (int e = 0; e < ne; e++)
+		be->grp_count[e] = 0;
+	for (int t = 0; t < N; t++)
+	{
+		const int32_t *ch = opus_moe_choices(be->moe, t);
+		const float *w = opus_moe_weights(be->moe, t);
+
+		for (int k = 0; k < nu; k++)
+		{
+			int			row = be->grp_start[ch[k]] + be->grp_count[ch[k]]++;
+
+			be->h_row_tok[row] = t;
+			be->h_pair_row[t * nu + k] = row;
+			be->h_pair_w[t * nu + k] = w[k];
+		}
+	}
+	if ((st = ck(cudaMemcpyAsync(be->d_row_tok, be->h_row_tok, (size_t) P * sizeof(int32_t),
+								 cudaMemcpyHostToDevice, s), "cudaMemcpyAsync (expert groups)", err)) != OPUS_OK ||
+		(st = ck(cudaMemcpyAsync(be->d_pair_row, be->h_pair_row, (size_t) P * sizeof(int32_t),
+								 cudaMemcpyHostToDevice, s), "cudaMemcpyAsync (expert groups)", err)) != OPUS_OK ||
+		(st = ck(cudaMemcpyAsync(be->d_pair_w, be->h_pair_w, (size_t) P * sizeof(float),
+								 cudaMemcpyHostToDevice, s), "cudaMemcpyAsync (expert weights)", err)) != OPUS_OK ||
+		(st = ck(opus_k_gather_rows(s, be->xn, E, be->d_row_tok, P, E, be->d_xg, E),
+				 "gather kernel launch", err)) != OPUS_OK)
+		return st;
+	for (int e = 0; e < ne; e++)
+	{
+		int			n = be->grp_count[e];
+		size_t		r0 = (size_t) be->grp_start[e];
+
+		if (n == 0)
+			continue;
+		if ((st = ck(opus_k_matvec(s, D->eg[e].type, D->eg[e].d, D->eg[e].row_bytes, D->eg[e].n_in,
+								   D->eg[e].n_out, be->d_xg + r0 * E, E, n, be->d_eg + r0 * Fe, Fe,
+								   NULL, 0), "expert gate matvec launch", err)) != OPUS_OK ||
+			(st = ck(opus_k_matvec(s, D->eu[e].type, D->eu[e].d, D->eu[e].row_bytes, D->eu[e].n_in,
+								   D->eu[e].n_out, be->d_xg + r0 * E, E, n, be->d_eu + r0 * Fe, Fe,
+								   NULL, 0), "expert up matvec launch", err)) != OPUS_OK)
+			return st;
+	}
+	if ((st = ck(opus_k_swiglu(s, be->d_eg, be->d_eu, be->d_eh, (int64_t) P * Fe),
+				 "swiglu kernel launch", err)) != OPUS_OK)
+		return st;
+	for (int e = 0; e < ne; e++)
+	{
+		int			n = be->grp_count[e];
+		size_t		r0 = (size_t) be->grp_start[e];
+
+		if (n == 0)
+			continue;
+		if ((st = ck(opus_k_matvec(s, D->ed[e].type, D->ed[e].d, D->ed[e].row_bytes, D->ed[e].n_in,
+								   D->ed[e].n_out, be->d_eh + r0 * Fe, Fe, n, be->d_eo + r0 * E, E,
+								   NULL, 0), "expert down matvec launch", err)) != OPUS_OK)
+			return st;
+	}
+	return ck(opus_k_moe_combine(s, be->d_eo, E, be->d_pair_row, be->d_pair_w, N, nu, E, be->x, E),
+			  "combine kernel launch", err);
+}
+
 static enum opus_status
 cuda_forward(struct opus_ctx *c, struct opus_batch_item *items, int n_items,
 			 struct opus_error *err)
@@ -846,6 +1136,13 @@ cuda_forward(struct opus_ctx *c, struct opus_batch_item *items, int n_items,
 	if (N == 0)
 		return OPUS_OK;
 
+	if (be->moe)
+	{
+		c->moe_io.steps++;
+		c->moe_io.bytes_last = 0;
+		c->moe_io.max_reads_last = 0;
+		c->moe_io.active_last = 0;
+	}
 	if ((st = ck(cudaSetDevice(be->dev), "cudaSetDevice", err)) != OPUS_OK ||
 		(st = ck(cudaMemcpyAsync(be->d_tok, be->h_tok, (size_t) N * sizeof(int32_t),
 								 cudaMemcpyHostToDevice, s), "cudaMemcpyAsync (tokens)", err)) != OPUS_OK ||
@@ -896,8 +1193,15 @@ cuda_forward(struct opus_ctx *c, struct opus_batch_item *items, int n_items,
 			(st = ck(opus_k_kv_store(s, &kv, be->k, be->v, N), "kv store kernel launch", err)) != OPUS_OK ||
 			(st = ck(opus_k_attention(s, &kv, be->q, be->att, N, hp->n_head,
 									  1.0f / sqrtf((float) hd)), "attention kernel launch", err)) != OPUS_OK ||
-			(st = matmul(be, &D->wo, be->att, qd, N, n_dec, be->x, E, NULL, true, err)) != OPUS_OK ||
-			(st = ck(opus_k_rmsnorm(s, be->x, E, NULL, N, D->ffn_norm, E, hp->norm_eps,
+			(st = matmul(be, &D->wo, be->att, qd, N, n_dec, be->x, E, NULL, true, err)) != OPUS_OK)
+			return st;
+		if (D->is_moe)
+		{
+			if ((st = moe_layer(c, be, il, N, err)) != OPUS_OK)
+				return st;
+			continue;
+		}
+		if ((st = ck(opus_k_rmsnorm(s, be->x, E, NULL, N, D->ffn_norm, E, hp->norm_eps,
 									be->xn, E), "rmsnorm kernel launch", err)) != OPUS_OK ||
 			(st = matmul(be, &D->w_gate, be->xn, E, N, n_dec, be->gate, F, NULL, false, err)) != OPUS_OK ||
 			(st = matmul(be, &D->w_up, be->xn, E, N, n_dec, be->up, F, NULL, false, err)) != OPUS_OK ||

@@ -1089,7 +1089,10 @@ run_forward(const char *path, int n_prompt)
 
 /* ---- throughput ---- */
 
-/* Bytes of weights a decode token reads: every matrix but the embedding table. */
+/*
+ * Bytes of weights a decode token reads: every matrix but the embedding
+ * table; in a MoE layer the router and n_used experts.
+ */
 static double
 weight_bytes_per_token(const struct opus_model *m)
 {
@@ -1099,11 +1102,14 @@ weight_bytes_per_token(const struct opus_model *m)
 	for (int il = 0; il < hp->n_layer; il++)
 	{
 		const struct opus_layer *L = &m->layers[il];
-		const struct opus_wmat *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
+		const struct opus_wmat *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up,
+		&L->w_down, &L->router};
 
 		for (size_t i = 0; i < sizeof(ws) / sizeof(ws[0]); i++)
 			if (ws[i]->data)
 				b += (double) ws[i]->row_bytes * (double) ws[i]->n_out;
+		if (L->is_moe)
+			b += (double) L->moe.n_used * (double) L->moe.expert_bytes;
 	}
 	return b;
 }
