@@ -15,7 +15,10 @@
  * token's result is the same whatever C and variant computed it (the
  * batch invariance the forward pass relies on).  Row counts that are not a
  * multiple of anything, and activation rows with a stride wider than the
- * row.  Skipped without AVX2.
+ * row.  Where the CPU has AVX-512 VNNI, everything runs twice: with its
+ * 512-bit kernels (6..8 tokens) and with them switched off
+ * (OPUS_NO_AVX512), so the 256-bit ones are checked too.  Skipped without
+ * AVX2.
  */
 #include <math.h>
 #include <stdint.h>
@@ -213,8 +216,14 @@ main(void)
 		  opus_mm_rows_avx2(OPUS_TYPE_Q4_1, 0, true) == NULL &&
 		  opus_mm_rows_avx2(OPUS_TYPE_Q4_1, 9, true) == NULL,
 		  "no kernel for other types or group sizes");
-	for (size_t t = 0; t < sizeof(types) / sizeof(types[0]); t++)
-		for (size_t i = 0; i < sizeof(nbs) / sizeof(nbs[0]); i++)
-			check_case(types[t], nbs[i], 1 + (int) (next_u32() % 37), i % 2 ? 64 : 0);
+	for (int no512 = 0; no512 < 2; no512++)
+	{
+		if (no512)
+			setenv("OPUS_NO_AVX512", "1", 1);
+		for (size_t t = 0; t < sizeof(types) / sizeof(types[0]); t++)
+			for (size_t i = 0; i < sizeof(nbs) / sizeof(nbs[0]); i++)
+				check_case(types[t], nbs[i], 1 + (int) (next_u32() % 37), i % 2 ? 64 : 0);
+	}
+	unsetenv("OPUS_NO_AVX512");
 	return UNIT_DONE();
 }
