@@ -202,6 +202,7 @@ struct mm_job
 	float	  **dst_rows;		/* dst_rows[t][row] when not NULL */
 	const float *bias;			/* [n_out] or NULL */
 	bool		accumulate;		/* dst += W x instead of dst = W x */
+	opus_vec_dot_fn dot;		/* the dot product if not W->qi->vec_dot (llama_dots) */
 };
 
 /* Give each job a slot by its vec_dot type; returns the slots' types. */
@@ -367,10 +368,25 @@ mm_unit(struct opus_fwd_state *fs, const struct mm_job *job, const struct act *a
 	{
 		const uint8_t *xrow = act->xq[job->slot] + (size_t) t * fs->xq_stride;
 		float	   *d = job->dst_rows ? job->dst_rows[t] : job->dst + t * job->ld;
+		opus_vec_dot_fn dot = job->dot ? job->dot : W->qi->vec_dot;
 
 		for (int64_t r = r0; r < r1; r++)
-			mm_store(job, d, r, W->qi->vec_dot(W->n_in, W->data + (size_t) r * W->row_bytes, xrow));
+			mm_store(job, d, r, dot(W->n_in, W->data + (size_t) r * W->row_bytes, xrow));
 	}
+}
+
+/*
+ * With llama_batch_order, a matmul over n tokens takes llama.cpp's dot
+ * product order for that many activation rows where it differs from the
+ * one-token order (K-quant weights, opus_vec_dot_llama_batch).
+ */
+static void
+llama_dots(const struct opus_fwd_state *fs, struct mm_job *jobs, int n_jobs, int n)
+{
+	if (!fs->c->params.llama_batch_order || n < OPUS_LLAMA_TILED_MIN_ROWS)
+		return;
+	for (int j = 0; j < n_jobs; j++)
+		jobs[j].dot = opus_vec_dot_llama_batch(jobs[j].w->type, jobs[j].w->n_out);
 }
 
 /*
@@ -812,6 +828,15 @@ forward_worker(void *arg, int ith, int nth)
 		bool		fuse_ffn = FFN_TILE % opus_qtype_info(down_type)->block_size == 0;
 		const struct act *in;
 
+		/*
+		 * llama.cpp's last layer keeps only the output tokens after
+		 * attention, so its feed-forward matmuls have n_out rows
+		 */
+		llama_dots(fs, qkv, 3, N);
+		llama_dots(fs, &wo, 1, N);
+		llama_dots(fs, ffn, 2, il == hp->n_layer - 1 ? fs->n_out : N);
+		llama_dots(fs, &down, 1, il == hp->n_layer - 1 ? fs->n_out : N);
+
 		/* Q, K, V = Wq,Wk,Wv rmsnorm(x) (+ bias) */
 		n_types = assign_slots(qkv, 3, types);
 		in = norm_quantize(&w, L->attn_norm, types, n_types);
@@ -919,6 +944,7 @@ forward_worker(void *arg, int ith, int nth)
 	{
 		struct mm_job out = {.w = &m->output,.dst_rows = fs->out_rows};
 
+		llama_dots(fs, &out, 1, fs->n_out);
 		n_types = assign_slots(&out, 1, types);
 		for (int k = ith; k < fs->n_out; k += nth)
 		{

@@ -124,4 +124,15 @@ typedef void (*opus_mm_rows_fn) (int nb, int n_rows, const uint8_t *w,
  */
 opus_mm_rows_fn opus_mm_rows_avx2(enum opus_qtype wtype, int C, bool allow_vnni);
 
+/*
+ * llama.cpp computes a matmul with K-quant weights in another order when it
+ * has at least OPUS_LLAMA_TILED_MIN_ROWS activation rows (tokens) than for
+ * fewer (quant_ref.c describes both).  With opus_ctx_params.llama_batch_order
+ * the forward pass uses this dot product (same arguments as vec_dot) for a
+ * weight matrix of the type with n_rows rows in such a matmul; NULL: the
+ * type's vec_dot order is llama.cpp's for any number of tokens.
+ */
+#define OPUS_LLAMA_TILED_MIN_ROWS 8
+opus_vec_dot_fn opus_vec_dot_llama_batch(enum opus_qtype type, int64_t n_rows);
+
 #endif							/* OPUS_FORWARD_INT_H */

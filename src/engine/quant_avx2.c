@@ -284,30 +284,69 @@ q4_0_dot(const opus_block_q4_0 *a, const opus_block_q8_0 *b)
 	return _mm256_madd_epi16(p, _mm256_set1_epi16(1));
 }
 
+/*
+ * Eight vectors of 8 int32 to one: lane k = the sum of v[k]'s lanes (exact
+ * integer sums, so the order of the additions does not matter).
+ */
+static inline __m256i
+hsum8_epi32(const __m256i *v)
+{
+	__m256i		a0 = _mm256_hadd_epi32(v[0], v[1]);
+	__m256i		a1 = _mm256_hadd_epi32(v[2], v[3]);
+	__m256i		a2 = _mm256_hadd_epi32(v[4], v[5]);
+	__m256i		a3 = _mm256_hadd_epi32(v[6], v[7]);
+	__m256i		b0 = _mm256_hadd_epi32(a0, a1);
+	__m256i		b1 = _mm256_hadd_epi32(a2, a3);
+
+	return _mm256_add_epi32(_mm256_permute2x128_si256(b0, b1, 0x20),
+							_mm256_permute2x128_si256(b0, b1, 0x31));
+}
+
+/* the f16 scale (first field) of 8 consecutive blocks of `stride` bytes */
+static inline __m256
+scales8(const uint8_t *blk, size_t stride)
+{
+	uint16_t	h[8];
+
+	for (int k = 0; k < 8; k++)
+		memcpy(&h[k], blk + k * stride, sizeof(uint16_t));
+	return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *) h));
+}
+
+/*
+ * Q4_0 sums in llama.cpp's order for Q4_0 weights on x86 (its "repack"
+ * kernels, ggml_gemv/gemm_q4_0_8x8_q8_0, which give the same bits for one
+ * token and for many): one scalar accumulator, per block in order
+ * acc = fma((float) exact block sum, w.d * x.d rounded, acc).  Eight blocks'
+ * integer sums and scale products are computed at once; the chain itself
+ * stays sequential.
+ */
 static float
 q4_0_vec_dot_avx2(int64_t n, const void *w, const void *x)
 {
 	const opus_block_q4_0 *a = w;
 	const opus_block_q8_0 *b = x;
-	__m256		acc0 = _mm256_setzero_ps(),
-				acc1 = _mm256_setzero_ps();
+	float		acc = 0.0f;
 	int64_t		nb = n / OPUS_QK32,
 				i = 0;
 
-	for (; i + 1 < nb; i += 2)
+	for (; i + 8 <= nb; i += 8)
 	{
-		__m256i		s0 = q4_0_dot(&a[i], &b[i]);
-		__m256i		s1 = q4_0_dot(&a[i + 1], &b[i + 1]);
+		__m256i		s[8];
+		float		fs[8],
+					sc[8];
 
-		acc0 = _mm256_fmadd_ps(_mm256_set1_ps(f16(a[i].d) * f16(b[i].d)),
-							   _mm256_cvtepi32_ps(s0), acc0);
-		acc1 = _mm256_fmadd_ps(_mm256_set1_ps(f16(a[i + 1].d) * f16(b[i + 1].d)),
-							   _mm256_cvtepi32_ps(s1), acc1);
+		for (int k = 0; k < 8; k++)
+			s[k] = q4_0_dot(&a[i + k], &b[i + k]);
+		_mm256_storeu_ps(fs, _mm256_cvtepi32_ps(hsum8_epi32(s)));
+		_mm256_storeu_ps(sc, _mm256_mul_ps(scales8((const uint8_t *) &a[i], sizeof(*a)),
+										   scales8((const uint8_t *) &b[i], sizeof(*b))));
+		for (int k = 0; k < 8; k++)
+			acc = __builtin_fmaf(fs[k], sc[k], acc);
 	}
 	for (; i < nb; i++)
-		acc0 = _mm256_fmadd_ps(_mm256_set1_ps(f16(a[i].d) * f16(b[i].d)),
-							   _mm256_cvtepi32_ps(q4_0_dot(&a[i], &b[i])), acc0);
-	return hsum_ps(_mm256_add_ps(acc0, acc1));
+		acc = __builtin_fmaf((float) hsum_epi32(q4_0_dot(&a[i], &b[i])), f16(a[i].d) * f16(b[i].d), acc);
+	return acc;
 }
 
 /*
@@ -379,63 +418,48 @@ q5_0_dot(const opus_block_q5_0 *a, const opus_block_q8_0 *b)
 	return _mm256_madd_epi16(p, _mm256_set1_epi16(1));
 }
 
+/*
+ * llama.cpp's order (ggml_vec_dot_q5_0_q8_0 for AVX2, and tinyBLAS for
+ * several tokens): one 8-lane accumulator, acc = fma(w.d * x.d, block sums,
+ * acc) per block in order, then hsum_ps.
+ */
 static float
 q5_0_vec_dot_avx2(int64_t n, const void *w, const void *x)
 {
 	const opus_block_q5_0 *a = w;
 	const opus_block_q8_0 *b = x;
-	__m256		acc0 = _mm256_setzero_ps(),
-				acc1 = _mm256_setzero_ps();
-	int64_t		nb = n / OPUS_QK32,
-				i = 0;
+	__m256		acc = _mm256_setzero_ps();
+	int64_t		nb = n / OPUS_QK32;
 
-	for (; i + 1 < nb; i += 2)
-	{
-		__m256i		s0 = q5_0_dot(&a[i], &b[i]);
-		__m256i		s1 = q5_0_dot(&a[i + 1], &b[i + 1]);
-
-		acc0 = _mm256_fmadd_ps(_mm256_set1_ps(f16(a[i].d) * f16(b[i].d)),
-							   _mm256_cvtepi32_ps(s0), acc0);
-		acc1 = _mm256_fmadd_ps(_mm256_set1_ps(f16(a[i + 1].d) * f16(b[i + 1].d)),
-							   _mm256_cvtepi32_ps(s1), acc1);
-	}
-	for (; i < nb; i++)
-		acc0 = _mm256_fmadd_ps(_mm256_set1_ps(f16(a[i].d) * f16(b[i].d)),
-							   _mm256_cvtepi32_ps(q5_0_dot(&a[i], &b[i])), acc0);
-	return hsum_ps(_mm256_add_ps(acc0, acc1));
+	for (int64_t i = 0; i < nb; i++)
+		acc = _mm256_fmadd_ps(_mm256_set1_ps(f16(a[i].d) * f16(b[i].d)),
+							  _mm256_cvtepi32_ps(q5_0_dot(&a[i], &b[i])), acc);
+	return hsum_ps(acc);
 }
 
+/*
+ * llama.cpp's order (ggml_vec_dot_q5_1_q8_1, AVX2): one 8-lane accumulator,
+ * acc = fma(w.d * x.d, block sums, acc) per block; the min term as a scalar
+ * chain ms = fma(w.m, x.s, ms); the result hsum_ps(acc) + ms.
+ */
 static float
 q5_1_vec_dot_avx2(int64_t n, const void *w, const void *x)
 {
 	const opus_block_q5_1 *a = w;
 	const opus_block_q8_1 *b = x;
-	__m256		acc0 = _mm256_setzero_ps(),
-				acc1 = _mm256_setzero_ps();
-	__m128		summ = _mm_setzero_ps();
-	int64_t		nb = n / OPUS_QK32,
-				i = 0;
+	__m256		acc = _mm256_setzero_ps();
+	float		ms = 0.0f;
+	int64_t		nb = n / OPUS_QK32;
 
-	for (; i + 1 < nb; i += 2)
+	for (int64_t i = 0; i < nb; i++)
 	{
 		__m256i		s0 = dot_u8_i8(q5_values(a[i].qs, a[i].qh), load256(b[i].qs));
-		__m256i		s1 = dot_u8_i8(q5_values(a[i + 1].qs, a[i + 1].qh), load256(b[i + 1].qs));
-		__m128		dm0 = scales_dm(&a[i], &b[i]);
-		__m128		dm1 = scales_dm(&a[i + 1], &b[i + 1]);
+		__m128		dm = scales_dm(&a[i], &b[i]);
 
-		acc0 = _mm256_fmadd_ps(_mm256_broadcastss_ps(dm0), _mm256_cvtepi32_ps(s0), acc0);
-		acc1 = _mm256_fmadd_ps(_mm256_broadcastss_ps(dm1), _mm256_cvtepi32_ps(s1), acc1);
-		summ = _mm_add_ps(summ, _mm_add_ps(dm0, dm1));
+		acc = _mm256_fmadd_ps(_mm256_broadcastss_ps(dm), _mm256_cvtepi32_ps(s0), acc);
+		ms = __builtin_fmaf(f16(a[i].m), f16(b[i].s), ms);
 	}
-	for (; i < nb; i++)
-	{
-		__m256i		s0 = dot_u8_i8(q5_values(a[i].qs, a[i].qh), load256(b[i].qs));
-		__m128		dm0 = scales_dm(&a[i], &b[i]);
-
-		acc0 = _mm256_fmadd_ps(_mm256_broadcastss_ps(dm0), _mm256_cvtepi32_ps(s0), acc0);
-		summ = _mm_add_ps(summ, dm0);
-	}
-	return hsum_ps(_mm256_add_ps(acc0, acc1)) + _mm_cvtss_f32(_mm_shuffle_ps(summ, summ, 1));
+	return hsum_ps(acc) + ms;
 }
 
 static float
@@ -510,46 +534,97 @@ k_min_products(__m128i mn, const int16_t *bsums)
 	return _mm256_madd_epi16(m16, load256(bsums));
 }
 
+/*
+ * The integer sums of one Q4_K / Q5_K super-block with Q8_K: 8 lanes whose
+ * sum is sum_j sc_j * dot(sub-block j) (exact); *mins gets
+ * sum_j m_j * (bsums[2j] + bsums[2j+1]) (exact).
+ */
+static inline __m256i
+q4_K_block(const opus_block_q4_K *a, const opus_block_q8_K *b, int *mins)
+{
+	const __m256i m4 = _mm256_set1_epi8(0x0F);
+	__m128i		sc,
+				mn;
+	__m256i		sc16,
+				sumi = _mm256_setzero_si256();
+
+	k_unpack_scales(a->scales, &sc, &mn);
+	sc16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(sc));
+	*mins = hsum_epi32(k_min_products(mn, b->bsums));
+#pragma GCC unroll 4
+	for (int c = 0; c < 4; c++)
+	{
+		__m256i		q = load256(a->qs + 32 * c);
+		__m256i		lo = _mm256_and_si256(q, m4);
+		__m256i		hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+		__m256i		plo = _mm256_maddubs_epi16(lo, load256(b->qs + 64 * c));
+		__m256i		phi = _mm256_maddubs_epi16(hi, load256(b->qs + 64 * c + 32));
+
+		plo = _mm256_madd_epi16(plo, bcast_i16(sc16, 2 * c));
+		phi = _mm256_madd_epi16(phi, bcast_i16(sc16, 2 * c + 1));
+		sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(plo, phi));
+	}
+	return sumi;
+}
+
+static inline __m256i
+q5_K_block(const opus_block_q5_K *a, const opus_block_q8_K *b, int *mins)
+{
+	const __m256i m4 = _mm256_set1_epi8(0x0F);
+	const __m256i bit4 = _mm256_set1_epi8(0x10);
+	__m256i		hbits = load256(a->qh);
+	__m128i		sc,
+				mn;
+	__m256i		sc16,
+				sumi = _mm256_setzero_si256();
+
+	k_unpack_scales(a->scales, &sc, &mn);
+	sc16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(sc));
+	*mins = hsum_epi32(k_min_products(mn, b->bsums));
+#pragma GCC unroll 4
+	for (int c = 0; c < 4; c++)
+	{
+		__m256i		q = load256(a->qs + 32 * c);
+		/* bit 2c of qh[l] -> bit 4 of the low value, bit 2c+1 -> high */
+		__m256i		lo = _mm256_or_si256(_mm256_and_si256(q, m4),
+										 _mm256_and_si256(_mm256_slli_epi16(hbits, 4), bit4));
+		__m256i		hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 4), m4),
+										 _mm256_and_si256(_mm256_slli_epi16(hbits, 3), bit4));
+		__m256i		plo = _mm256_maddubs_epi16(lo, load256(b->qs + 64 * c));
+		__m256i		phi = _mm256_maddubs_epi16(hi, load256(b->qs + 64 * c + 32));
+
+		plo = _mm256_madd_epi16(plo, bcast_i16(sc16, 2 * c));
+		phi = _mm256_madd_epi16(phi, bcast_i16(sc16, 2 * c + 1));
+		sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(plo, phi));
+		hbits = _mm256_srli_epi16(hbits, 2);
+	}
+	return sumi;
+}
+
+/*
+ * Q4_K / Q5_K one-token order (ggml_vec_dot_q4_K/q5_K_q8_K, AVX2): per
+ * super-block acc = fma(x.d * w.d, lanes, acc) into one 8-lane accumulator;
+ * the mins as a scalar chain summs = fma(-x.d * w.dmin, mins, summs); the
+ * result hsum_ps(acc) + summs.
+ */
 static float
 q4_K_vec_dot_avx2(int64_t n, const void *w, const void *x)
 {
 	const opus_block_q4_K *a = w;
 	const opus_block_q8_K *b = x;
-	const __m256i m4 = _mm256_set1_epi8(0x0F);
-	__m256		acc = _mm256_setzero_ps(),
-				accm = _mm256_setzero_ps();
+	__m256		acc = _mm256_setzero_ps();
+	float		summs = 0.0f;
 
 	for (int64_t i = 0; i < n / OPUS_QK_K; i++)
 	{
-		const uint8_t *q4 = a[i].qs;
-		const int8_t *q8 = b[i].qs;
-		__m128i		sc,
-					mn;
-		__m256i		sc16,
-					sumi = _mm256_setzero_si256();
+		int			mins;
+		__m256i		sumi = q4_K_block(&a[i], &b[i], &mins);
 
-		k_unpack_scales(a[i].scales, &sc, &mn);
-		sc16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(sc));
-		accm = _mm256_fmadd_ps(_mm256_set1_ps(b[i].d * f16(a[i].dmin)),
-							   _mm256_cvtepi32_ps(k_min_products(mn, b[i].bsums)), accm);
-
-#pragma GCC unroll 4
-		for (int c = 0; c < 4; c++)
-		{
-			__m256i		q = load256(q4 + 32 * c);
-			__m256i		lo = _mm256_and_si256(q, m4);
-			__m256i		hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
-			__m256i		plo = _mm256_maddubs_epi16(lo, load256(q8 + 64 * c));
-			__m256i		phi = _mm256_maddubs_epi16(hi, load256(q8 + 64 * c + 32));
-
-			plo = _mm256_madd_epi16(plo, bcast_i16(sc16, 2 * c));
-			phi = _mm256_madd_epi16(phi, bcast_i16(sc16, 2 * c + 1));
-			sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(plo, phi));
-		}
+		summs = __builtin_fmaf(-b[i].d * f16(a[i].dmin), (float) mins, summs);
 		acc = _mm256_fmadd_ps(_mm256_set1_ps(b[i].d * f16(a[i].d)),
 							  _mm256_cvtepi32_ps(sumi), acc);
 	}
-	return hsum_ps(acc) - hsum_ps(accm);
+	return hsum_ps(acc) + summs;
 }
 
 static float
@@ -557,47 +632,19 @@ q5_K_vec_dot_avx2(int64_t n, const void *w, const void *x)
 {
 	const opus_block_q5_K *a = w;
 	const opus_block_q8_K *b = x;
-	const __m256i m4 = _mm256_set1_epi8(0x0F);
-	const __m256i bit4 = _mm256_set1_epi8(0x10);
-	__m256		acc = _mm256_setzero_ps(),
-				accm = _mm256_setzero_ps();
+	__m256		acc = _mm256_setzero_ps();
+	float		summs = 0.0f;
 
 	for (int64_t i = 0; i < n / OPUS_QK_K; i++)
 	{
-		const uint8_t *q5 = a[i].qs;
-		const int8_t *q8 = b[i].qs;
-		__m256i		hbits = load256(a[i].qh);
-		__m128i		sc,
-					mn;
-		__m256i		sc16,
-					sumi = _mm256_setzero_si256();
+		int			mins;
+		__m256i		sumi = q5_K_block(&a[i], &b[i], &mins);
 
-		k_unpack_scales(a[i].scales, &sc, &mn);
-		sc16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(sc));
-		accm = _mm256_fmadd_ps(_mm256_set1_ps(b[i].d * f16(a[i].dmin)),
-							   _mm256_cvtepi32_ps(k_min_products(mn, b[i].bsums)), accm);
-
-#pragma GCC unroll 4
-		for (int c = 0; c < 4; c++)
-		{
-			__m256i		q = load256(q5 + 32 * c);
-			/* bit 2c of qh[l] -> bit 4 of the low value, bit 2c+1 -> high */
-			__m256i		lo = _mm256_or_si256(_mm256_and_si256(q, m4),
-											 _mm256_and_si256(_mm256_slli_epi16(hbits, 4), bit4));
-			__m256i		hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 4), m4),
-											 _mm256_and_si256(_mm256_slli_epi16(hbits, 3), bit4));
-			__m256i		plo = _mm256_maddubs_epi16(lo, load256(q8 + 64 * c));
-			__m256i		phi = _mm256_maddubs_epi16(hi, load256(q8 + 64 * c + 32));
-
-			plo = _mm256_madd_epi16(plo, bcast_i16(sc16, 2 * c));
-			phi = _mm256_madd_epi16(phi, bcast_i16(sc16, 2 * c + 1));
-			sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(plo, phi));
-			hbits = _mm256_srli_epi16(hbits, 2);
-		}
+		summs = __builtin_fmaf(-b[i].d * f16(a[i].dmin), (float) mins, summs);
 		acc = _mm256_fmadd_ps(_mm256_set1_ps(b[i].d * f16(a[i].d)),
 							  _mm256_cvtepi32_ps(sumi), acc);
 	}
-	return hsum_ps(acc) - hsum_ps(accm);
+	return hsum_ps(acc) + summs;
 }
 
 /*
@@ -615,53 +662,122 @@ q6_scale_pair(__m256i s16, int k)
 	return _mm256_shuffle_epi8(s16, _mm256_set_m128i(hi, lo));
 }
 
+/* 8 lanes summing to sum_g scale_g * dot(group g) of one super-block (exact) */
+static inline __m256i
+q6_K_block(const opus_block_q6_K *a, const opus_block_q8_K *b)
+{
+	const __m256i m4 = _mm256_set1_epi8(0x0F);
+	const __m256i m2 = _mm256_set1_epi8(0x30);
+	__m128i		sc8 = _mm_loadu_si128((const __m128i *) a->scales);
+	__m256i		off = _mm256_madd_epi16(_mm256_cvtepi8_epi16(sc8), load256(b->bsums));
+	__m256i		sumi = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(off, 5));
+
+#pragma GCC unroll 2
+	for (int h = 0; h < 2; h++)
+	{
+		const uint8_t *ql = a->ql + 64 * h;
+		const int8_t *q8 = b->qs + 128 * h;
+		__m256i		qh = load256(a->qh + 32 * h);
+		__m256i		l0 = load256(ql);
+		__m256i		l1 = load256(ql + 32);
+		__m256i		s16 = _mm256_broadcastsi128_si256(
+													  _mm_cvtepi8_epi16(h ? _mm_unpackhi_epi64(sc8, sc8) : sc8));
+		__m256i		q[4];
+
+		q[0] = _mm256_or_si256(_mm256_and_si256(l0, m4),
+							   _mm256_and_si256(_mm256_slli_epi16(qh, 4), m2));
+		q[1] = _mm256_or_si256(_mm256_and_si256(l1, m4),
+							   _mm256_and_si256(_mm256_slli_epi16(qh, 2), m2));
+		q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
+							   _mm256_and_si256(qh, m2));
+		q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
+							   _mm256_and_si256(_mm256_srli_epi16(qh, 2), m2));
+#pragma GCC unroll 4
+		for (int k = 0; k < 4; k++)
+		{
+			__m256i		p = _mm256_maddubs_epi16(q[k], load256(q8 + 32 * k));
+
+			sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p, q6_scale_pair(s16, k)));
+		}
+	}
+	return sumi;
+}
+
+/* ggml_vec_dot_q6_K_q8_K's order: acc = fma(x.d * w.d, lanes, acc), hsum_ps */
 static float
 q6_K_vec_dot_avx2(int64_t n, const void *w, const void *x)
 {
 	const opus_block_q6_K *a = w;
 	const opus_block_q8_K *b = x;
-	const __m256i m4 = _mm256_set1_epi8(0x0F);
-	const __m256i m2 = _mm256_set1_epi8(0x30);
 	__m256		acc = _mm256_setzero_ps();
 
 	for (int64_t i = 0; i < n / OPUS_QK_K; i++)
-	{
-		__m128i		sc8 = _mm_loadu_si128((const __m128i *) a[i].scales);
-		__m256i		off = _mm256_madd_epi16(_mm256_cvtepi8_epi16(sc8), load256(b[i].bsums));
-		__m256i		sumi = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(off, 5));
-
-#pragma GCC unroll 2
-		for (int h = 0; h < 2; h++)
-		{
-			const uint8_t *ql = a[i].ql + 64 * h;
-			const int8_t *q8 = b[i].qs + 128 * h;
-			__m256i		qh = load256(a[i].qh + 32 * h);
-			__m256i		l0 = load256(ql);
-			__m256i		l1 = load256(ql + 32);
-			__m256i		s16 = _mm256_broadcastsi128_si256(
-														  _mm_cvtepi8_epi16(h ? _mm_unpackhi_epi64(sc8, sc8) : sc8));
-			__m256i		q[4];
-
-			q[0] = _mm256_or_si256(_mm256_and_si256(l0, m4),
-								   _mm256_and_si256(_mm256_slli_epi16(qh, 4), m2));
-			q[1] = _mm256_or_si256(_mm256_and_si256(l1, m4),
-								   _mm256_and_si256(_mm256_slli_epi16(qh, 2), m2));
-			q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
-								   _mm256_and_si256(qh, m2));
-			q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
-								   _mm256_and_si256(_mm256_srli_epi16(qh, 2), m2));
-#pragma GCC unroll 4
-			for (int k = 0; k < 4; k++)
-			{
-				__m256i		p = _mm256_maddubs_epi16(q[k], load256(q8 + 32 * k));
-
-				sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p, q6_scale_pair(s16, k)));
-			}
-		}
 		acc = _mm256_fmadd_ps(_mm256_set1_ps(b[i].d * f16(a[i].d)),
-							  _mm256_cvtepi32_ps(sumi), acc);
-	}
+							  _mm256_cvtepi32_ps(q6_K_block(&a[i], &b[i])), acc);
 	return hsum_ps(acc);
+}
+
+/*
+ * The K-quant multi-token order (see opus_vec_dot_llama_batch): per
+ * super-block in order, from the exact sums s (scaled quants) and m (mins),
+ * r = fma(-w.dmin, m, w.d * s) (Q6_K: r = s * w.d), then acc = acc + r * x.d
+ * with the product rounded before the addition.
+ */
+static inline float
+k_tiled_step(float acc, float r, float xd)
+{
+	return __builtin_fmaf(r, xd, acc);
+}
+
+float
+opus_q4_K_vec_dot_tiled_avx2(int64_t n, const void *w, const void *x)
+{
+	const opus_block_q4_K *a = w;
+	const opus_block_q8_K *b = x;
+	float		acc = 0.0f;
+
+	for (int64_t i = 0; i < n / OPUS_QK_K; i++)
+	{
+		int			mins;
+		int			s = hsum_epi32(q4_K_block(&a[i], &b[i], &mins));
+		float		d = f16(a[i].d) * (float) s;
+
+		__asm__("" : "+x"(d));
+		acc = k_tiled_step(acc, __builtin_fmaf(-f16(a[i].dmin), (float) mins, d), b[i].d);
+	}
+	return acc;
+}
+
+float
+opus_q5_K_vec_dot_tiled_avx2(int64_t n, const void *w, const void *x)
+{
+	const opus_block_q5_K *a = w;
+	const opus_block_q8_K *b = x;
+	float		acc = 0.0f;
+
+	for (int64_t i = 0; i < n / OPUS_QK_K; i++)
+	{
+		int			mins;
+		int			s = hsum_epi32(q5_K_block(&a[i], &b[i], &mins));
+		float		d = f16(a[i].d) * (float) s;
+
+		__asm__("" : "+x"(d));
+		acc = k_tiled_step(acc, __builtin_fmaf(-f16(a[i].dmin), (float) mins, d), b[i].d);
+	}
+	return acc;
+}
+
+float
+opus_q6_K_vec_dot_tiled_avx2(int64_t n, const void *w, const void *x)
+{
+	const opus_block_q6_K *a = w;
+	const opus_block_q8_K *b = x;
+	float		acc = 0.0f;
+
+	for (int64_t i = 0; i < n / OPUS_QK_K; i++)
+		acc = k_tiled_step(acc, (float) hsum_epi32(q6_K_block(&a[i], &b[i])) * f16(a[i].d),
+						   b[i].d);
+	return acc;
 }
 
 /* ---------------------------------------------------------------------

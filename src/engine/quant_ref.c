@@ -26,6 +26,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "forward_int.h"
 #include "quant_blocks.h"
 #include "quant_kernels.h"
 
@@ -1013,6 +1014,29 @@ k_min_term(const uint8_t *packed, const int16_t *bsums)
 	return summ;
 }
 
+/* sum_j sc_j * dot(sub-block j) of one Q4_K super-block with Q8_K (exact) */
+static int
+q4_K_block_sum(const opus_block_q4_K *a, const opus_block_q8_K *b)
+{
+	int			sumi = 0;
+
+	for (int j = 0; j < 8; j++)
+	{
+		const uint8_t *q = a->qs + 32 * (j / 2);
+		const int8_t *q8 = b->qs + 32 * j;
+		int			shift = (j & 1) * 4;
+		uint8_t		sc,
+					m;
+		int			s = 0;
+
+		opus_k_scale_min(j, a->scales, &sc, &m);
+		for (int l = 0; l < 32; l++)
+			s += ((q[l] >> shift) & 0x0F) * q8[l];
+		sumi += sc * s;
+	}
+	return sumi;
+}
+
 static float
 q4_K_vec_dot(int64_t n, const void *w, const void *x)
 {
@@ -1021,26 +1045,8 @@ q4_K_vec_dot(int64_t n, const void *w, const void *x)
 	float		sum = 0.0f;
 
 	for (int64_t i = 0; i < n / OPUS_QK_K; i++)
-	{
-		int			sumi = 0;
-
-		for (int j = 0; j < 8; j++)
-		{
-			const uint8_t *q = a[i].qs + 32 * (j / 2);
-			const int8_t *q8 = b[i].qs + 32 * j;
-			int			shift = (j & 1) * 4;
-			uint8_t		sc,
-						m;
-			int			s = 0;
-
-			opus_k_scale_min(j, a[i].scales, &sc, &m);
-			for (int l = 0; l < 32; l++)
-				s += ((q[l] >> shift) & 0x0F) * q8[l];
-			sumi += sc * s;
-		}
-		sum += (F16(a[i].d) * b[i].d) * (float) sumi -
+		sum += (F16(a[i].d) * b[i].d) * (float) q4_K_block_sum(&a[i], &b[i]) -
 			(F16(a[i].dmin) * b[i].d) * (float) k_min_term(a[i].scales, b[i].bsums);
-	}
 	return sum;
 }
 
@@ -1111,6 +1117,33 @@ q5_K_to_float(const void *src, float *y, int64_t n)
 	}
 }
 
+/* sum_j sc_j * dot(sub-block j) of one Q5_K super-block with Q8_K (exact) */
+static int
+q5_K_block_sum(const opus_block_q5_K *a, const opus_block_q8_K *b)
+{
+	int			sumi = 0;
+
+	for (int j = 0; j < 8; j++)
+	{
+		const uint8_t *q = a->qs + 32 * (j / 2);
+		const int8_t *q8 = b->qs + 32 * j;
+		int			shift = (j & 1) * 4;
+		uint8_t		sc,
+					m;
+		int			s = 0;
+
+		opus_k_scale_min(j, a->scales, &sc, &m);
+		for (int l = 0; l < 32; l++)
+		{
+			int			v = ((q[l] >> shift) & 0x0F) | (((a->qh[l] >> j) & 1) << 4);
+
+			s += v * q8[l];
+		}
+		sumi += sc * s;
+	}
+	return sumi;
+}
+
 static float
 q5_K_vec_dot(int64_t n, const void *w, const void *x)
 {
@@ -1119,30 +1152,8 @@ q5_K_vec_dot(int64_t n, const void *w, const void *x)
 	float		sum = 0.0f;
 
 	for (int64_t i = 0; i < n / OPUS_QK_K; i++)
-	{
-		int			sumi = 0;
-
-		for (int j = 0; j < 8; j++)
-		{
-			const uint8_t *q = a[i].qs + 32 * (j / 2);
-			const int8_t *q8 = b[i].qs + 32 * j;
-			int			shift = (j & 1) * 4;
-			uint8_t		sc,
-						m;
-			int			s = 0;
-
-			opus_k_scale_min(j, a[i].scales, &sc, &m);
-			for (int l = 0; l < 32; l++)
-			{
-				int			v = ((q[l] >> shift) & 0x0F) | (((a[i].qh[l] >> j) & 1) << 4);
-
-				s += v * q8[l];
-			}
-			sumi += sc * s;
-		}
-		sum += (F16(a[i].d) * b[i].d) * (float) sumi -
+		sum += (F16(a[i].d) * b[i].d) * (float) q5_K_block_sum(&a[i], &b[i]) -
 			(F16(a[i].dmin) * b[i].d) * (float) k_min_term(a[i].scales, b[i].bsums);
-	}
 	return sum;
 }
 
@@ -1238,6 +1249,23 @@ q6_K_to_float(const void *src, float *y, int64_t n)
 	}
 }
 
+/* sum_g scale_g * dot(group g) of one Q6_K super-block with Q8_K (exact) */
+static int
+q6_K_block_sum(const opus_block_q6_K *a, const opus_block_q8_K *b)
+{
+	int			sumi = 0;
+
+	for (int g = 0; g < 16; g++)
+	{
+		int			s = 0;
+
+		for (int l = 0; l < 16; l++)
+			s += q6_K_level(a, 16 * g + l) * b->qs[16 * g + l];
+		sumi += a->scales[g] * s;
+	}
+	return sumi;
+}
+
 static float
 q6_K_vec_dot(int64_t n, const void *w, const void *x)
 {
@@ -1246,20 +1274,94 @@ q6_K_vec_dot(int64_t n, const void *w, const void *x)
 	float		sum = 0.0f;
 
 	for (int64_t i = 0; i < n / OPUS_QK_K; i++)
-	{
-		int			sumi = 0;
-
-		for (int g = 0; g < 16; g++)
-		{
-			int			s = 0;
-
-			for (int l = 0; l < 16; l++)
-				s += q6_K_level(&a[i], 16 * g + l) * b[i].qs[16 * g + l];
-			sumi += a[i].scales[g] * s;
-		}
-		sum += (F16(a[i].d) * b[i].d) * (float) sumi;
-	}
+		sum += (F16(a[i].d) * b[i].d) * (float) q6_K_block_sum(&a[i], &b[i]);
 	return sum;
+}
+
+/*
+ * The K-quant multi-token order: llama.cpp (ggml-cpu's "tiled" kernels, as
+ * built for an x86 CPU with AVX512-VNNI, the golden oracle's build) computes
+ * a matmul with Q2_K..Q6_K weights and at least OPUS_LLAMA_TILED_MIN_ROWS
+ * activation rows this way (its repack kernels take Q4_K matrices whose row
+ * count is a multiple of 8 first; see opus_vec_dot_llama_batch): per
+ * super-block in order, from the exact integer sums s (quants times scales)
+ * and m (mins times bsums), r = fma(-w.dmin, m, w.d * s) (Q6_K: r = s *
+ * w.d), then acc = acc + r * x.d with the product rounded on its own.  The
+ * one-token order (vec_dot) accumulates into 8 lanes instead.
+ */
+static inline float
+k_tiled_step(float acc, float r, float xd)
+{
+	return fmaf(r, xd, acc);
+}
+
+static float
+q4_K_vec_dot_tiled(int64_t n, const void *w, const void *x)
+{
+	const opus_block_q4_K *a = w;
+	const opus_block_q8_K *b = x;
+	float		acc = 0.0f;
+
+	for (int64_t i = 0; i < n / OPUS_QK_K; i++)
+	{
+		volatile float d = F16(a[i].d) * (float) q4_K_block_sum(&a[i], &b[i]);
+
+		acc = k_tiled_step(acc, fmaf(-F16(a[i].dmin),
+									 (float) k_min_term(a[i].scales, b[i].bsums), d),
+						   b[i].d);
+	}
+	return acc;
+}
+
+static float
+q5_K_vec_dot_tiled(int64_t n, const void *w, const void *x)
+{
+	const opus_block_q5_K *a = w;
+	const opus_block_q8_K *b = x;
+	float		acc = 0.0f;
+
+	for (int64_t i = 0; i < n / OPUS_QK_K; i++)
+	{
+		volatile float d = F16(a[i].d) * (float) q5_K_block_sum(&a[i], &b[i]);
+
+		acc = k_tiled_step(acc, fmaf(-F16(a[i].dmin),
+									 (float) k_min_term(a[i].scales, b[i].bsums), d),
+						   b[i].d);
+	}
+	return acc;
+}
+
+static float
+q6_K_vec_dot_tiled(int64_t n, const void *w, const void *x)
+{
+	const opus_block_q6_K *a = w;
+	const opus_block_q8_K *b = x;
+	float		acc = 0.0f;
+
+	for (int64_t i = 0; i < n / OPUS_QK_K; i++)
+		acc = k_tiled_step(acc, (float) q6_K_block_sum(&a[i], &b[i]) * F16(a[i].d), b[i].d);
+	return acc;
+}
+
+opus_vec_dot_fn
+opus_vec_dot_llama_batch(enum opus_qtype type, int64_t n_rows)
+{
+	bool		avx2 = strcmp(opus_qtype_cpu_variant(), "avx2") == 0;
+
+	switch (type)
+	{
+		case OPUS_TYPE_Q4_K:
+			/* llama.cpp repacks these (q4_K_8x8), an order of its own */
+			if (n_rows % 8 == 0)
+				return NULL;
+			return avx2 ? opus_q4_K_vec_dot_tiled_avx2 : q4_K_vec_dot_tiled;
+		case OPUS_TYPE_Q5_K:
+			return avx2 ? opus_q5_K_vec_dot_tiled_avx2 : q5_K_vec_dot_tiled;
+		case OPUS_TYPE_Q6_K:
+			return avx2 ? opus_q6_K_vec_dot_tiled_avx2 : q6_K_vec_dot_tiled;
+		default:
+			return NULL;
+	}
 }
 
 /* ---------------------------------------------------------------------

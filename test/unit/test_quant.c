@@ -13,6 +13,8 @@
  *  (d) fp16/bf16: exhaustive round trip over all 65536 bit patterns, nearest
  *      and ties-to-even rounding checked against the neighbours for random
  *      floats, and spot checks (inf, NaN, subnormals, overflow);
+ *  (e) the K-quant multi-token order (opus_vec_dot_llama_batch): AVX2 and
+ *      reference bit-identical, both within the vec_dot tolerance;
  * plus known-answer blocks that pin the bit layouts (nibble order, fifth
  * bits, 6-bit K scales, Q6_K packing) and the table/registration contract.
  */
@@ -20,6 +22,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "forward_int.h"
 #include "qtype.h"
 #include "quant_blocks.h"
 #include "unit.h"
@@ -434,6 +437,88 @@ test_avx2(void)
 	opus_qtype_init_cpu(false);
 }
 
+/*
+ * ---- (e): llama.cpp's multi-token order for K-quants ----
+ * opus_vec_dot_llama_batch's AVX2 and reference kernels compute the same
+ * integer sums and the same float operations, so they must agree bit for
+ * bit; both are within the vec_dot tolerance of vec_dot_ref.  Types whose
+ * order does not depend on the token count, and Q4_K matrices with a
+ * multiple of 8 rows (llama.cpp repacks those), get NULL.
+ */
+static void
+test_llama_batch_order(void)
+{
+	static const enum opus_qtype ktypes[] = {OPUS_TYPE_Q4_K, OPUS_TYPE_Q5_K, OPUS_TYPE_Q6_K};
+	static float x[MAX_N],
+				act[MAX_N];
+	static uint8_t wq[MAX_N * 4],
+				xq[MAX_N * 4];
+
+	opus_qtype_init_cpu(true);
+	CHECK(opus_vec_dot_llama_batch(OPUS_TYPE_Q4_0, 7) == NULL &&
+		  opus_vec_dot_llama_batch(OPUS_TYPE_Q4_1, 7) == NULL &&
+		  opus_vec_dot_llama_batch(OPUS_TYPE_Q8_0, 7) == NULL &&
+		  opus_vec_dot_llama_batch(OPUS_TYPE_F16, 7) == NULL &&
+		  opus_vec_dot_llama_batch(OPUS_TYPE_Q4_K, 576) == NULL &&
+		  opus_vec_dot_llama_batch(OPUS_TYPE_Q4_K, 577) != NULL &&
+		  opus_vec_dot_llama_batch(OPUS_TYPE_Q5_K, 576) != NULL &&
+		  opus_vec_dot_llama_batch(OPUS_TYPE_Q6_K, 576) != NULL,
+		  "multi-token order only for Q4_K (row count not a multiple of 8), Q5_K, Q6_K");
+	for (size_t k = 0; k < sizeof(ktypes) / sizeof(ktypes[0]); k++)
+	{
+		const struct opus_qtype_info *wi = opus_qtype_info(ktypes[k]);
+		const struct opus_qtype_info *xi = opus_qtype_info(wi->vec_dot_type);
+		double		worst = 0.0;
+		int			n_same = 0,
+					n_cases = 0;
+
+		for (int li = 0; li < 4; li++)
+		{
+			int64_t		n = lens_256[li];
+
+			for (int kind = 0; kind < DATA__COUNT; kind++)
+			{
+				opus_vec_dot_fn ref,
+							fast;
+				float		d_ref,
+							d_fast,
+							d_vec;
+				double		abs_sum = 0.0;
+				static float y[MAX_N];
+
+				fill(x, n, (enum data_kind) kind);
+				fill(act, n, kind == DATA_ZERO ? DATA_ZERO : DATA_NORMAL);
+				wi->from_float_ref(x, wq, n);
+				xi->from_float_ref(act, xq, n);
+				wi->to_float_ref(wq, y, n);
+				xi->to_float_ref(xq, act, n);
+				for (int64_t i = 0; i < n; i++)
+					abs_sum += fabs((double) y[i] * act[i]);
+				opus_qtype_init_cpu(true);
+				ref = opus_vec_dot_llama_batch(ktypes[k], 1);
+				d_ref = ref(n, wq, xq);
+				d_vec = wi->vec_dot_ref(n, wq, xq);
+				opus_qtype_init_cpu(false);
+				fast = opus_vec_dot_llama_batch(ktypes[k], 1);
+				d_fast = fast(n, wq, xq);
+				CHECK(memcmp(&d_ref, &d_fast, sizeof(float)) == 0,
+					  "%s n=%lld kind %d: multi-token order avx2 %.9g vs ref %.9g (bit-identical)",
+					  wi->name, (long long) n, kind, d_fast, d_ref);
+				CHECK(fabs(d_ref - d_vec) <= 1e-5 * abs_sum + 1e-30,
+					  "%s n=%lld kind %d: multi-token order %.9g vs vec_dot_ref %.9g (sum|wx| %g)",
+					  wi->name, (long long) n, kind, d_ref, d_vec, abs_sum);
+				if (fabs(d_ref - d_vec) / (abs_sum + 1e-30) > worst)
+					worst = fabs(d_ref - d_vec) / (abs_sum + 1e-30);
+				n_same += d_ref == wi->vec_dot(n, wq, xq);
+				n_cases++;
+			}
+		}
+		printf("  %-5s multi-token order: avx2 == ref; |it - vec_dot_ref| / sum|wx| <= %.2e; "
+			   "equal to vec_dot in %d of %d cases\n", wi->name, worst, n_same, n_cases);
+	}
+	opus_qtype_init_cpu(false);
+}
+
 /* ---- known-answer blocks: the bit layouts ---- */
 
 static void
@@ -701,5 +786,6 @@ main(void)
 	test_reference();
 	test_kquant_search();
 	test_avx2();
+	test_llama_batch_order();
 	return UNIT_DONE();
 }
