@@ -206,14 +206,18 @@ static struct blas_api blas;
 static enum opus_status
 blas_load(struct opus_error *err)
 {
-	char		name[32];
+	char		name[256];
 	void	   *lib;
 
 	if (blas.loaded)
 		return OPUS_OK;
-	snprintf(name, sizeof(name), "libcublas.so.%d", CUBLAS_VER_MAJOR);
+	/* OPUS_CUBLAS_LIB: another library with the same functions (test/gpu/fake) */
+	if (getenv("OPUS_CUBLAS_LIB"))
+		snprintf(name, sizeof(name), "%s", getenv("OPUS_CUBLAS_LIB"));
+	else
+		snprintf(name, sizeof(name), "libcublas.so.%d", CUBLAS_VER_MAJOR);
 	lib = dlopen(name, RTLD_NOW | RTLD_LOCAL);
-	if (!lib)
+	if (!lib && !getenv("OPUS_CUBLAS_LIB"))
 		lib = dlopen("libcublas.so", RTLD_NOW | RTLD_LOCAL);
 	if (!lib)
 		return opus_error_set(err, OPUS_ERR_DEVICE, "cuda: cannot load %s: %s", name, dlerror());

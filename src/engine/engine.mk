@@ -105,6 +105,42 @@ gpu:
 	@echo "make gpu: no nvcc found (CUDA_HOME=$(CUDA_HOME)); set CUDA_HOME or NVCC" >&2; exit 1
 endif
 
+# The CUDA backend's host side on the CPU, under ASan (test/gpu/fake): a
+# fake runtime with the kernels' launchers as plain loops, and a fake cuBLAS
+# the backend dlopens through OPUS_CUBLAS_LIB.  `make gpu-fake` builds it and
+# runs the GPU check's forward mode (CPU backend vs the backend_cuda.c path)
+# on the default model; needs the CUDA headers, not nvcc or a GPU.
+GPU_FAKE_OBJS := build/gpu/fake/fake_cuda.o build/gpu/fake/backend.o build/gpu/fake/backend_cuda.o
+GPU_FAKE_BLAS := build/gpu/fake/libfakecublas.so
+
+build/gpu/fake/fake_cuda.o: test/gpu/fake/fake_cuda.c $(ENGINE_HDRS) $(KERNEL_HDRS)
+	@mkdir -p $(dir $@)
+	$(ENGINE_CC) $(ENGINE_CFLAGS_BASE) $(ENGINE_SAN) $(CUDA_CFLAGS) -c $< -o $@
+
+build/gpu/fake/backend.o: src/engine/backend.c $(ENGINE_HDRS)
+	@mkdir -p $(dir $@)
+	$(ENGINE_CC) $(ENGINE_CFLAGS_BASE) $(ENGINE_SAN) $(CUDA_CFLAGS) -c $< -o $@
+
+build/gpu/fake/backend_cuda.o: src/engine/backend_cuda.c $(ENGINE_HDRS) $(KERNEL_HDRS)
+	@mkdir -p $(dir $@)
+	$(ENGINE_CC) $(ENGINE_CFLAGS_BASE) $(ENGINE_SAN) $(CUDA_CFLAGS) -c $< -o $@
+
+$(GPU_FAKE_BLAS): test/gpu/fake/fake_cublas.c $(KERNEL_HDRS)
+	@mkdir -p $(dir $@)
+	$(ENGINE_CC) -std=gnu11 -O2 -g -shared -fPIC $(ENGINE_WARN) $(CUDA_CFLAGS) $< -o $@
+
+build/gpu/test_gpu_fake: test/gpu/test_gpu.c $(filter-out build/engine-san/backend.o,$(ENGINE_SAN_OBJS)) \
+		$(GPU_FAKE_OBJS) $(GPU_FAKE_BLAS) test/unit/unit.h
+	@mkdir -p $(dir $@)
+	$(ENGINE_CC) $(ENGINE_CFLAGS_BASE) $(ENGINE_SAN) $(CUDA_CFLAGS) -iquote test/unit $< \
+		$(filter-out build/engine-san/backend.o,$(ENGINE_SAN_OBJS)) $(GPU_FAKE_OBJS) \
+		$(abspath $(GPU_FAKE_BLAS)) -Wl,-rpath,$(abspath $(dir $(GPU_FAKE_BLAS))) -o $@ $(ENGINE_LIBS) -ldl
+
+.PHONY: gpu-fake
+gpu-fake: build/gpu/test_gpu_fake $(GPU_FAKE_BLAS) $(DEFAULT_MODEL)
+	OPUS_CUBLAS_LIB=$(abspath $(GPU_FAKE_BLAS)) build/gpu/test_gpu_fake forward \
+		--model $(DEFAULT_MODEL) --tokens 24 --cpu-threads 2
+
 # relink when CUDA is switched on or off
 CUDA_SETTING := build/cuda-setting
 $(shell mkdir -p build; [ "$$(cat $(CUDA_SETTING) 2>/dev/null)" = "$(CUDA)" ] || echo "$(CUDA)" > $(CUDA_SETTING))
