@@ -63,8 +63,12 @@ fi
 # build/gpu/test_gpu.  Without pg_config the top-level Makefile may not
 # load; engine.mk alone builds the same targets.
 say "== build"
-if ! make -j"$JOBS" CUDA=1 gpu >/tmp/opus_gpu_build.log 2>&1 &&
-	! make -j"$JOBS" -f src/engine/engine.mk CUDA=1 gpu >>/tmp/opus_gpu_build.log 2>&1; then
+# only this GPU's architecture (a quicker build than the default three)
+CC=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d '. ')
+ARCHS=()
+[ -n "$CC" ] && ARCHS=("CUDA_ARCHS=-gencode arch=compute_$CC,code=sm_$CC -gencode arch=compute_$CC,code=compute_$CC")
+if ! make -j"$JOBS" CUDA=1 "${ARCHS[@]}" gpu >/tmp/opus_gpu_build.log 2>&1 &&
+	! make -j"$JOBS" -f src/engine/engine.mk CUDA=1 "${ARCHS[@]}" gpu >>/tmp/opus_gpu_build.log 2>&1; then
 	tail -30 /tmp/opus_gpu_build.log
 	if [ -x build/opus_engine ] && [ -x build/gpu/test_gpu ]; then
 		say "build failed; using the binaries already in build/ (carried?)"

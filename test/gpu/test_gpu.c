@@ -1127,6 +1127,7 @@ run_bench(const char *path, const char *batches, int n_prefill, int steps, doubl
 	char	   *list = strdup(batches);
 	struct opus_ctx *c;
 	int			V;
+	int			max_batch;
 	double		wb;
 
 	if (!on_cpu && !gpu_available())
@@ -1149,9 +1150,11 @@ run_bench(const char *path, const char *batches, int n_prefill, int steps, doubl
 	hp = opus_model_hparams(m);
 	V = hp->n_vocab;
 	wb = weight_bytes_per_token(m);
+	max_batch = n_prefill > max_b ? n_prefill : max_b;
+	if (max_batch < 32 * 16)
+		max_batch = 32 * 16;
 	{
 		int			n_ctx = (n_prefill > 64 ? n_prefill : 64) + steps + 8;
-		int			max_batch = n_prefill > max_b ? n_prefill : max_b;
 		/* one prefill sequence, then max_b sequences of 32 + steps + 2 positions */
 		int64_t		nblk = (n_prefill / 16 + 2) + (int64_t) max_b * ((32 + steps + 2) / 16 + 2);
 
@@ -1205,7 +1208,8 @@ run_bench(const char *path, const char *batches, int n_prefill, int steps, doubl
 		struct opus_seq *s = xmalloc(sizeof(*s) * B);
 		struct opus_batch_item *items = xmalloc(sizeof(*items) * B);
 		int32_t    *next = xmalloc(sizeof(int32_t) * B);
-		int32_t		prompt[32];
+		int			per_call = max_batch / 32 > 0 ? max_batch / 32 : 1;
+		int32_t    *prompts = xmalloc(sizeof(int32_t) * 32 * per_call);
 		float	   *lg = xmalloc(sizeof(float) * (size_t) B * V);
 		double		t0 = now_s(),
 					dt;
@@ -1213,11 +1217,21 @@ run_bench(const char *path, const char *batches, int n_prefill, int steps, doubl
 
 		for (int i = 0; i < B; i++)
 			opus_seq_init(&s[i]);
-		for (int i = 0; i < B && ok; i++)
+		/* the prompts, as many 32-token items per call as the batch allows */
+		for (int i0 = 0; i0 < B && ok; i0 += per_call)
 		{
-			for (int j = 0; j < 32; j++)
-				prompt[j] = (int32_t) (rng() % (uint32_t) V);
-			ok = fwd(c, &s[i], prompt, 32, NULL, false);
+			int			n = B - i0 < per_call ? B - i0 : per_call;
+
+			for (int i = 0; i < n; i++)
+			{
+				for (int j = 0; j < 32; j++)
+					prompts[i * 32 + j] = (int32_t) (rng() % (uint32_t) V);
+				items[i] = (struct opus_batch_item)
+				{
+					.seq = &s[i0 + i],.tokens = prompts + i * 32,.n_tokens = 32
+				};
+			}
+			ok = opus_forward(c, items, n, &err) == OPUS_OK;
 		}
 		for (int step = -2; step < steps && ok; step++)
 		{
@@ -1249,6 +1263,7 @@ run_bench(const char *path, const char *batches, int n_prefill, int steps, doubl
 		free(s);
 		free(items);
 		free(next);
+		free(prompts);
 		free(lg);
 	}
 	opus_ctx_free(c);
