@@ -966,6 +966,15 @@ serve_start(struct serve *s, const struct opus_proto_hello *hello,
 	if (device.kind == OPUS_DEVICE_CPU)
 		map_kv_arena(s, &cp);
 	st = opus_ctx_create(s->model, &cp, &s->ctx, err);
+	if (st != OPUS_OK && device.kind != OPUS_DEVICE_CPU && strcmp(hello->device, "auto") == 0)
+	{
+		/* "auto" means the best device that can run this model: the CPU then */
+		fprintf(stderr, "opus_engine serve: %s; opus.device = auto falls back to the cpu\n",
+				err ? err->msg : "the gpu cannot run this model");
+		memset(&cp.device, 0, sizeof(cp.device));
+		map_kv_arena(s, &cp);
+		st = opus_ctx_create(s->model, &cp, &s->ctx, err);
+	}
 	if (st != OPUS_OK)
 		return st;
 	fprintf(stderr, "opus_engine serve: running on %s\n",
