@@ -314,10 +314,20 @@ mm_store(const struct mm_job *job, float *d, int64_t r, float val)
  * per token rather than per element.
  */
 static void
-mm_scatter(const struct mm_job *job, const float *out, int64_t r0, int64_t n, int t, int cc)
+mm_scatter(const struct opus_fwd_state *fs, const struct mm_job *job, const float *out,
+		   int64_t r0, int64_t n, int t, int cc)
 {
 	const float *bias = job->bias ? job->bias + r0 : NULL;
 
+	if (fs->tiled)
+	{
+		float	   *dst[8];
+
+		for (int c = 0; c < cc; c++)
+			dst[c] = (job->dst_rows ? job->dst_rows[t + c] : job->dst + (t + c) * job->ld) + r0;
+		opus_mm_scatter_avx2(out, n, cc, dst, bias, job->accumulate);
+		return;
+	}
 	for (int c = 0; c < cc; c++)
 	{
 		float	   *restrict d = (job->dst_rows ? job->dst_rows[t + c] : job->dst + (t + c) * job->ld) + r0;
@@ -360,7 +370,7 @@ mm_unit(struct opus_fwd_state *fs, const struct mm_job *job, const struct act *a
 						   W->row_bytes, act->xq[job->slot] + (size_t) t * fs->xq_stride,
 						   fs->xq_stride, act->xs[job->slot] + (size_t) (t / 8) * fs->xs_stride,
 						   out);
-			mm_scatter(job, out, r0, r1 - r0, t, cc);
+			mm_scatter(fs, job, out, r0, r1 - r0, t, cc);
 		}
 		return;
 	}

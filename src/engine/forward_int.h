@@ -125,6 +125,15 @@ typedef void (*opus_mm_rows_fn) (int nb, int n_rows, const uint8_t *w,
 opus_mm_rows_fn opus_mm_rows_avx2(enum opus_qtype wtype, int C, bool allow_vnni);
 
 /*
+ * Store a tile kernel's results the way forward.c's mm_scatter does (out[i *
+ * 8 + c] for row i < n and token c < cc into dst[c][i], plus bias[i] when
+ * bias is not NULL, added to dst[c][i] when accumulate), 8 rows at a time
+ * through an in-register transpose; the same values.
+ */
+void		opus_mm_scatter_avx2(const float *out, int64_t n, int cc, float *const *dst,
+								 const float *bias, bool accumulate);
+
+/*
  * llama.cpp computes a matmul with K-quant weights in another order when it
  * has at least OPUS_LLAMA_TILED_MIN_ROWS activation rows (tokens) than for
  * fewer (quant_ref.c describes both).  With opus_ctx_params.llama_batch_order
