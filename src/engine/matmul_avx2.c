@@ -342,3 +342,62 @@ opus_mm_rows_avx2(enum opus_qtype wtype, int C, bool allow_vnni)
 			return NULL;
 	}
 }
+
+void
+opus_mm_scatter_avx2(const float *out, int64_t n, int cc, float *const *dst,
+					 const float *bias, bool accumulate)
+{
+	int64_t		i = 0;
+
+	for (; i + 8 <= n; i += 8)
+	{
+		__m256		v[8],
+					u[8],
+					s[8];
+
+		for (int k = 0; k < 8; k++)
+			v[k] = _mm256_loadu_ps(out + (i + k) * 8);
+		/* 8x8 transpose: s[c] = rows i..i+7 of token c */
+		for (int k = 0; k < 8; k += 2)
+		{
+			u[k] = _mm256_unpacklo_ps(v[k], v[k + 1]);
+			u[k + 1] = _mm256_unpackhi_ps(v[k], v[k + 1]);
+		}
+		for (int k = 0; k < 8; k += 4)
+		{
+			v[k] = _mm256_shuffle_ps(u[k], u[k + 2], 0x44);
+			v[k + 1] = _mm256_shuffle_ps(u[k], u[k + 2], 0xEE);
+			v[k + 2] = _mm256_shuffle_ps(u[k + 1], u[k + 3], 0x44);
+			v[k + 3] = _mm256_shuffle_ps(u[k + 1], u[k + 3], 0xEE);
+		}
+		for (int k = 0; k < 4; k++)
+		{
+			s[k] = _mm256_permute2f128_ps(v[k], v[k + 4], 0x20);
+			s[k + 4] = _mm256_permute2f128_ps(v[k], v[k + 4], 0x31);
+		}
+		for (int c = 0; c < cc; c++)
+		{
+			__m256		val = s[c];
+
+			if (bias)
+				val = _mm256_add_ps(val, _mm256_loadu_ps(bias + i));
+			if (accumulate)
+				val = _mm256_add_ps(_mm256_loadu_ps(dst[c] + i), val);
+			_mm256_storeu_ps(dst[c] + i, val);
+		}
+	}
+	for (; i < n; i++)
+	{
+		for (int c = 0; c < cc; c++)
+		{
+			float		val = out[i * 8 + c];
+
+			if (bias)
+				val += bias[i];
+			if (accumulate)
+				dst[c][i] += val;
+			else
+				dst[c][i] = val;
+		}
+	}
+}

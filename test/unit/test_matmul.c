@@ -15,7 +15,8 @@
  * token's result is the same whatever C and variant computed it (the
  * batch invariance the forward pass relies on).  Row counts that are not a
  * multiple of anything, and activation rows with a stride wider than the
- * row.  Where the CPU has AVX-512 VNNI, everything runs twice: with its
+ * row.  Also the transposing store of the results (opus_mm_scatter_avx2)
+ * against the plain loop.  Where the CPU has AVX-512 VNNI, everything runs twice: with its
  * 512-bit kernels (6..8 tokens) and with them switched off
  * (OPUS_NO_AVX512), so the 256-bit ones are checked too.  Skipped without
  * AVX2.
@@ -199,6 +200,57 @@ done:
 	free(out);
 }
 
+/* opus_mm_scatter_avx2 against the plain loop mm_scatter keeps for other CPUs. */
+static void
+check_scatter(void)
+{
+	enum
+	{
+		N = 29
+	};
+	float		out[N * 8],
+				bias[N],
+				init[8][N],
+				got[8][N],
+				want[8][N];
+	int			bad = 0;
+
+	for (int i = 0; i < N * 8; i++)
+		out[i] = next_float(3.0f);
+	for (int i = 0; i < N; i++)
+		bias[i] = next_float(1.0f);
+	for (int c = 0; c < 8; c++)
+		for (int i = 0; i < N; i++)
+			init[c][i] = next_float(2.0f);
+	for (int cc = 1; cc <= 8; cc++)
+		for (int mode = 0; mode < 4; mode++)
+		{
+			bool		acc = mode & 1;
+			const float *b = (mode & 2) ? bias : NULL;
+			float	   *dst[8];
+
+			memcpy(got, init, sizeof(got));
+			memcpy(want, init, sizeof(want));
+			for (int c = 0; c < 8; c++)
+				dst[c] = got[c];
+			opus_mm_scatter_avx2(out, N, cc, dst, b, acc);
+			for (int c = 0; c < cc; c++)
+				for (int i = 0; i < N; i++)
+				{
+					float		v = out[i * 8 + c];
+
+					if (b)
+						v += b[i];
+					if (acc)
+						want[c][i] += v;
+					else
+						want[c][i] = v;
+				}
+			bad += memcmp(got, want, sizeof(got)) != 0;
+		}
+	CHECK(bad == 0, "opus_mm_scatter_avx2 == the plain store loop (%d of 32 cases differ)", bad);
+}
+
 int
 main(void)
 {
@@ -225,5 +277,6 @@ main(void)
 				check_case(types[t], nbs[i], 1 + (int) (next_u32() % 37), i % 2 ? 64 : 0);
 	}
 	unsetenv("OPUS_NO_AVX512");
+	check_scatter();
 	return UNIT_DONE();
 }
