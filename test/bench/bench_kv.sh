@@ -30,7 +30,8 @@ while getopts t:r:ah opt; do
 done
 
 model=models/SmolLM2-135M-Instruct.Q4_1.gguf
-make -s engine
+# the CPU-only objects (with CUDA, `make engine` builds backend.o elsewhere)
+make -s engine build/engine/backend.o
 mkdir -p build/bench
 
 if [ "$accuracy" = 1 ]; then
