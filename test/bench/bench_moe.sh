@@ -36,7 +36,8 @@ while getopts t:g:r:p:T:h opt; do
 	esac
 done
 
-make -s engine
+# the CPU-only objects (with CUDA, `make engine` builds backend.o elsewhere)
+make -s engine build/engine/backend.o
 mkdir -p build/bench
 gcc -std=gnu11 -D_GNU_SOURCE -iquote src/engine -O2 -g -fno-math-errno \
 	test/bench/bench_moe.c build/engine/*.o -o build/bench/bench_moe -lm -lpthread -lutf8proc
