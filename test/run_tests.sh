@@ -10,6 +10,9 @@
 #           golden   make golden, when the engine defines that target
 #           moe      make golden-moe: generate the MoE test models
 #                    (models/moe/) and check them against llama.cpp's goldens
+#           gpufake  make gpu-fake: the CUDA backend's host side on the CPU
+#                    with a fake CUDA runtime (test/gpu/README), when the CUDA
+#                    toolkit is installed (it needs no GPU)
 #           regress  pg_regress on a temporary instance (test/run_regress.sh)
 #           tap      TAP tests, test/t/*.pl (test/run_tap.sh)
 #
@@ -30,7 +33,7 @@ cd "$(dirname "$0")/.."
 ROOT=$PWD
 JOBS=${JOBS:-2}
 MAKE=${MAKE:-make}
-SUITES=${SUITES:-unit fuzz golden moe regress tap}
+SUITES=${SUITES:-unit fuzz golden moe gpufake regress tap}
 PG_CONFIG=${PG_CONFIG:-/usr/lib/postgresql/15/bin/pg_config}
 export PG_CONFIG
 
@@ -230,6 +233,14 @@ if want moe; then
 		fi
 	else
 		echo "run_tests: no golden-moe target; skipped"
+	fi
+fi
+
+if want gpufake; then
+	if [ -x "${CUDA_HOME:-/usr/local/cuda}/bin/nvcc" ] || command -v nvcc >/dev/null 2>&1; then
+		run_suite gpufake timeout -k 10 600 $MAKE gpu-fake
+	else
+		echo "run_tests: no CUDA toolkit; gpufake skipped"
 	fi
 fi
 

@@ -109,7 +109,9 @@ endif
 # fake runtime with the kernels' launchers as plain loops, and a fake cuBLAS
 # the backend dlopens through OPUS_CUBLAS_LIB.  `make gpu-fake` builds it and
 # runs the GPU check's forward mode (CPU backend vs the backend_cuda.c path)
-# on the default model; needs the CUDA headers, not nvcc or a GPU.
+# on small generated models (dense in three types, MoE; ~20 s), and on
+# GPU_FAKE_MODEL too when set (the default model takes ~8 min here); needs
+# the CUDA headers, not a GPU.
 GPU_FAKE_OBJS := build/gpu/fake/fake_cuda.o build/gpu/fake/backend.o build/gpu/fake/backend_cuda.o
 GPU_FAKE_BLAS := build/gpu/fake/libfakecublas.so
 
@@ -137,9 +139,17 @@ build/gpu/test_gpu_fake: test/gpu/test_gpu.c $(filter-out build/engine-san/backe
 		$(abspath $(GPU_FAKE_BLAS)) -Wl,-rpath,$(abspath $(dir $(GPU_FAKE_BLAS))) -o $@ $(ENGINE_LIBS) -ldl
 
 .PHONY: gpu-fake
-gpu-fake: build/gpu/test_gpu_fake $(GPU_FAKE_BLAS) $(DEFAULT_MODEL)
-	OPUS_CUBLAS_LIB=$(abspath $(GPU_FAKE_BLAS)) build/gpu/test_gpu_fake forward \
-		--model $(DEFAULT_MODEL) --tokens 24 --cpu-threads 2
+GPU_FAKE_MODELS := tiny:q4_k tiny:q4_1 tiny:f16 tiny-moe:q8_0
+gpu-fake: build/gpu/test_gpu_fake $(GPU_FAKE_BLAS) build/opus_engine
+	@set -e; for m in $(GPU_FAKE_MODELS) $(if $(GPU_FAKE_MODEL),file:$(GPU_FAKE_MODEL)); do \
+		shape=$${m%%:*}; type=$${m#*:}; f=build/gpu/fake/$$shape-$$type.gguf; \
+		if [ $$shape = file ]; then f=$$type; \
+		elif [ ! -s $$f ]; then build/opus_engine genmodel --shape $$shape --type $$type \
+			--out $$f.tmp > /dev/null && mv $$f.tmp $$f; fi; \
+		echo "== gpu-fake $$f"; \
+		OPUS_CUBLAS_LIB=$(abspath $(GPU_FAKE_BLAS)) build/gpu/test_gpu_fake forward \
+			--model $$f --tokens 24 --cpu-threads 2; \
+	done
 
 # relink when CUDA is switched on or off
 CUDA_SETTING := build/cuda-setting
