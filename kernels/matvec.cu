@@ -8,6 +8,12 @@
  * chunk's dot product (FMAs in element order, from 0) to its partial sum,
  * and the 32 partial sums are added by a fixed xor butterfly.  A token's
  * result is the same whatever else is in the launch.
+ *
+ * Block b works on row block b / gy and token groups b % gy, b % gy + gy,
+ * ...: the gy blocks that read the same rows for different token groups
+ * have adjacent indices, so they run at about the same time and the rows
+ * come from DRAM once per step (L2 serves the others) rather than once per
+ * group of 8 tokens.
  */
 #include "common.cuh"
 
@@ -19,10 +25,10 @@ __global__ void __launch_bounds__(MV_WARPS * 32)
 matvec_kernel(const uint8_t *__restrict__ W, size_t row_bytes, int64_t n_in,
 			  int64_t n_out, const float *__restrict__ x, size_t ldx, int n_tok,
 			  float *__restrict__ y, size_t ldy, const float *__restrict__ bias,
-			  int accumulate)
+			  int accumulate, int gy)
 {
 	int			lane = threadIdx.x & 31;
-	int64_t		r = (int64_t) blockIdx.x * MV_WARPS + (threadIdx.x >> 5);
+	int64_t		r = (int64_t) (blockIdx.x / (unsigned int) gy) * MV_WARPS + (threadIdx.x >> 5);
 	int64_t		n_chunks = n_in / OPUS_DQ_CHUNK;
 	int			n_groups = (n_tok + MV_T - 1) / MV_T;
 	const uint8_t *row;
@@ -31,7 +37,7 @@ matvec_kernel(const uint8_t *__restrict__ W, size_t row_bytes, int64_t n_in,
 	if (r >= n_out)
 		return;
 	row = W + (size_t) r * row_bytes;
-	for (int tg = blockIdx.y; tg < n_groups; tg += gridDim.y)
+	for (int tg = (int) (blockIdx.x % (unsigned int) gy); tg < n_groups; tg += gy)
 	{
 		int			t0 = tg * MV_T;
 		int			nt = n_tok - t0 < MV_T ? n_tok - t0 : MV_T;
@@ -99,18 +105,23 @@ opus_k_matvec(cudaStream_t stream, int type, const uint8_t *W, size_t row_bytes,
 			  int64_t n_in, int64_t n_out, const float *x, size_t ldx, int n_tok,
 			  float *y, size_t ldy, const float *bias, int accumulate)
 {
-	dim3		grid;
+	int64_t		row_blocks;
+	int64_t		gy;
 	int			n_groups = (n_tok + MV_T - 1) / MV_T;
 
 	if (n_tok <= 0 || n_out <= 0)
 		return cudaSuccess;
-	if (n_in % OPUS_DQ_CHUNK != 0 || ldx % 4 != 0)
+	if (n_in % OPUS_DQ_CHUNK != 0 || ldx % 4 != 0 || ((uintptr_t) x & 15) != 0)
 		return cudaErrorInvalidValue;
-	grid.x = opus_k_grid(n_out, MV_WARPS);
-	grid.y = n_groups < OPUS_K_GRID_YZ_MAX ? n_groups : OPUS_K_GRID_YZ_MAX;
-	grid.z = 1;
+	/* grid.x = row blocks x gy token-group slots, under the 2^31 - 1 limit */
+	row_blocks = (int64_t) opus_k_grid(n_out, MV_WARPS);
+	gy = n_groups;
+	if (gy > INT32_MAX / row_blocks)
+		gy = INT32_MAX / row_blocks;
+	if (gy < 1)
+		return cudaErrorInvalidValue;
 	return opus_k_dispatch_type(type, [&]<int T> () {
-		matvec_kernel<T><<<grid, MV_WARPS * 32, 0, stream>>>(W, row_bytes, n_in, n_out, x, ldx,
-															   n_tok, y, ldy, bias, accumulate);
+		matvec_kernel<T><<<(unsigned int) (row_blocks * gy), MV_WARPS * 32, 0, stream>>>(
+			W, row_bytes, n_in, n_out, x, ldx, n_tok, y, ldy, bias, accumulate, (int) gy);
 	});
 }

@@ -71,7 +71,8 @@ if ! make -j"$JOBS" CUDA=1 "${ARCHS[@]}" gpu >/tmp/opus_gpu_build.log 2>&1 &&
 	! make -j"$JOBS" -f src/engine/engine.mk CUDA=1 "${ARCHS[@]}" gpu >>/tmp/opus_gpu_build.log 2>&1; then
 	tail -30 /tmp/opus_gpu_build.log
 	if [ -x build/opus_engine ] && [ -x build/gpu/test_gpu ]; then
-		say "build failed; using the binaries already in build/ (carried?)"
+		# go on for the information, but a stale binary is not a pass
+		fail "build (the checks below ran the binaries already in build/, maybe stale)"
 	else
 		fail "build"
 		exit 1
@@ -151,7 +152,7 @@ if [ "${QUICK:-0}" != 1 ]; then
 fi
 say "== CPU reference for the small model (batch 1 and 16)"
 timeout -k 5 60 $TG bench --cpu --model "$MODELS/smollm2-q4_1.gguf" --batches 1,16 --prefill 128 --steps 8 |
-	sed 's/^/cpu: /' | tee -a "$TABLE"
+	sed 's/^/cpu: /' | tee -a "$TABLE" || fail "bench cpu"
 
 # ---- summary ------------------------------------------------------------------------
 echo
