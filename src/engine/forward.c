@@ -127,6 +127,7 @@ struct opus_fwd_state
 	bool		tiled;			/* AVX2 tile kernels available */
 	opus_mm_rows_fn tile_q4_1[8];	/* [C-1] */
 	opus_mm_rows_fn tile_q8_0[8];
+	opus_mm_rows_fn tile_q4_0[8];
 	opus_attend_fn attend;
 	opus_swiglu_fn swiglu;		/* SwiGLU (llama.cpp's arithmetic) */
 	opus_act_quant_fn act_q8_0;	/* activation quantizers (llama.cpp's CPU ones) */
@@ -202,7 +203,9 @@ struct mm_job
 	float	  **dst_rows;		/* dst_rows[t][row] when not NULL */
 	const float *bias;			/* [n_out] or NULL */
 	bool		accumulate;		/* dst += W x instead of dst = W x */
-	opus_vec_dot_fn dot;		/* the dot product if not W->qi->vec_dot (llama_dots) */
+	opus_vec_dot_fn dot;		/* tokens dot_from..dot_until-1: this dot product */
+	int			dot_from;		/* instead of W->qi->vec_dot (llama_dots) */
+	int			dot_until;
 };
 
 /* Give each job a slot by its vec_dot type; returns the slots' types. */
@@ -293,6 +296,8 @@ tiles_for(struct opus_fwd_state *fs, enum opus_qtype t)
 		return fs->tile_q4_1;
 	if (t == OPUS_TYPE_Q8_0)
 		return fs->tile_q8_0;
+	if (t == OPUS_TYPE_Q4_0)
+		return fs->tile_q4_0;
 	return NULL;
 }
 
@@ -378,7 +383,8 @@ mm_unit(struct opus_fwd_state *fs, const struct mm_job *job, const struct act *a
 	{
 		const uint8_t *xrow = act->xq[job->slot] + (size_t) t * fs->xq_stride;
 		float	   *d = job->dst_rows ? job->dst_rows[t] : job->dst + t * job->ld;
-		opus_vec_dot_fn dot = job->dot ? job->dot : W->qi->vec_dot;
+		opus_vec_dot_fn dot = job->dot && t >= job->dot_from && t < job->dot_until ?
+			job->dot : W->qi->vec_dot;
 
 		for (int64_t r = r0; r < r1; r++)
 			mm_store(job, d, r, dot(W->n_in, W->data + (size_t) r * W->row_bytes, xrow));
@@ -388,15 +394,25 @@ mm_unit(struct opus_fwd_state *fs, const struct mm_job *job, const struct act *a
 /*
  * With llama_batch_order, a matmul over n tokens takes llama.cpp's dot
  * product order for that many activation rows where it differs from the
- * one-token order (K-quant weights, opus_vec_dot_llama_batch).
+ * one-token order (K-quant weights, opus_vec_dot_llama_batch).  n: the
+ * rows of llama.cpp's matmul (in its last layer's feed-forward only the
+ * tokens that give logits), n_all: the tokens we compute.  Token t is
+ * taken as llama.cpp's row t, exact unless some but not all of 4 or more
+ * tokens give logits and a repacked Q4_K matrix is in the last layer.
  */
 static void
-llama_dots(const struct opus_fwd_state *fs, struct mm_job *jobs, int n_jobs, int n)
+llama_dots(const struct opus_fwd_state *fs, struct mm_job *jobs, int n_jobs, int n, int n_all)
 {
-	if (!fs->c->params.llama_batch_order || n < OPUS_LLAMA_TILED_MIN_ROWS)
+	if (!fs->c->params.llama_batch_order)
 		return;
 	for (int j = 0; j < n_jobs; j++)
-		jobs[j].dot = opus_vec_dot_llama_batch(jobs[j].w->type, jobs[j].w->n_out);
+	{
+		jobs[j].dot = opus_vec_dot_llama_batch(jobs[j].w->type, jobs[j].w->n_out, n,
+											   &jobs[j].dot_from, &jobs[j].dot_until);
+		/* up to llama.cpp's last row: up to our last token */
+		if (jobs[j].dot_until == n)
+			jobs[j].dot_until = n_all;
+	}
 }
 
 /*
@@ -842,10 +858,10 @@ forward_worker(void *arg, int ith, int nth)
 		 * llama.cpp's last layer keeps only the output tokens after
 		 * attention, so its feed-forward matmuls have n_out rows
 		 */
-		llama_dots(fs, qkv, 3, N);
-		llama_dots(fs, &wo, 1, N);
-		llama_dots(fs, ffn, 2, il == hp->n_layer - 1 ? fs->n_out : N);
-		llama_dots(fs, &down, 1, il == hp->n_layer - 1 ? fs->n_out : N);
+		llama_dots(fs, qkv, 3, N, N);
+		llama_dots(fs, &wo, 1, N, N);
+		llama_dots(fs, ffn, 2, il == hp->n_layer - 1 ? fs->n_out : N, N);
+		llama_dots(fs, &down, 1, il == hp->n_layer - 1 ? fs->n_out : N, N);
 
 		/* Q, K, V = Wq,Wk,Wv rmsnorm(x) (+ bias) */
 		n_types = assign_slots(qkv, 3, types);
@@ -954,7 +970,7 @@ forward_worker(void *arg, int ith, int nth)
 	{
 		struct mm_job out = {.w = &m->output,.dst_rows = fs->out_rows};
 
-		llama_dots(fs, &out, 1, fs->n_out);
+		llama_dots(fs, &out, 1, fs->n_out, fs->n_out);
 		n_types = assign_slots(&out, 1, types);
 		for (int k = ith; k < fs->n_out; k += nth)
 		{
@@ -1113,6 +1129,7 @@ opus_fwd_state_create(struct opus_ctx *c, struct opus_error *err)
 		{
 			fs->tile_q4_1[k] = opus_mm_rows_avx2(OPUS_TYPE_Q4_1, k + 1, true);
 			fs->tile_q8_0[k] = opus_mm_rows_avx2(OPUS_TYPE_Q8_0, k + 1, true);
+			fs->tile_q4_0[k] = opus_mm_rows_avx2(OPUS_TYPE_Q4_0, k + 1, true);
 		}
 	}
 	else

@@ -2,7 +2,8 @@
  * matmul_avx2.c - tiled matrix-multiplication kernels for the forward pass:
  * R weight rows (1..4) times C activation rows (1..4) per call, for the
  * weight types that dominate common models (Q4_1 with Q8_1 activations,
- * Q8_0 with Q8_0).  A kernel runs a range of weight rows against a group of
+ * Q8_0 with Q8_0; Q4_0 with Q8_0 in llama.cpp's Q4_0 order, eight weight
+ * rows in the lanes, see matmul_tile.h).  A kernel runs a range of weight rows against a group of
  * up to 8 tokens, sharing each unpacked weight block among the tokens, which
  * is where batched prefill and many-sequence decode get their speed; a
  * single sequence's decode uses the 1-token kernel.
@@ -338,6 +339,8 @@ opus_mm_rows_avx2(enum opus_qtype wtype, int C, bool allow_vnni)
 			if (use_512 && C >= 6)
 				return q8_0_z512[C - 6];
 			return use_vnni ? q8_0_table_vnni[C - 1] : q8_0_table_avx2[C - 1];
+		case OPUS_TYPE_Q4_0:
+			return use_vnni ? q4_0_table_vnni[C - 1] : q4_0_table_avx2[C - 1];
 		default:
 			return NULL;
 	}

@@ -332,6 +332,147 @@ MM_NAME(q8_0_rows) (const int C, int nb, int n_rows,
 		MM_NAME(q8_0_direct) (C, nb, n_rows, w, w_stride, x, x_stride, xs, out);
 }
 
+/*
+ * Q4_0 weights x Q8_0 activations in llama.cpp's order for Q4_0 (its
+ * repacked q4_0_8x8 kernels, the same for one token and many): per output
+ * one scalar chain over the blocks in order, acc = fma((float) exact block
+ * sum, w.d * x.d rounded, acc), no horizontal sum.  Eight weight rows run in
+ * the eight lanes: per block each row's 8 partial sums are reduced to one
+ * lane (exact integers), so every lane is exactly that chain.  Rows beyond
+ * a multiple of 8 take the same chain one at a time.
+ */
+static inline __m256i
+MM_NAME(hsum8_epi32) (const __m256i *v)
+{
+	__m256i		a0 = _mm256_hadd_epi32(v[0], v[1]);
+	__m256i		a1 = _mm256_hadd_epi32(v[2], v[3]);
+	__m256i		a2 = _mm256_hadd_epi32(v[4], v[5]);
+	__m256i		a3 = _mm256_hadd_epi32(v[6], v[7]);
+	__m256i		b0 = _mm256_hadd_epi32(a0, a1);
+	__m256i		b1 = _mm256_hadd_epi32(a2, a3);
+
+	return _mm256_add_epi32(_mm256_permute2x128_si256(b0, b1, 0x20),
+							_mm256_permute2x128_si256(b0, b1, 0x31));
+}
+
+/* 8 * (sum of the quants of block b of token c), for c < C, b < nb */
+static inline __attribute__((always_inline)) void
+MM_NAME(q4_0_ysums) (const int C, int nb, const uint8_t *x, size_t x_stride, int32_t *ys)
+{
+	const __m256i ones = _mm256_set1_epi8(1);
+
+	for (int c = 0; c < C; c++)
+		for (int b = 0; b < nb; b++)
+		{
+			const opus_block_q8_0 *xb = (const opus_block_q8_0 *) (x + c * x_stride) + b;
+			__m256i		t = MM_DOT(ones, _mm256_loadu_si256((const __m256i *) xb->qs));
+			__m128i		h = _mm_add_epi32(_mm256_castsi256_si128(t), _mm256_extracti128_si256(t, 1));
+
+			h = _mm_add_epi32(h, _mm_unpackhi_epi64(h, h));
+			h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0xB1));
+			ys[b * 8 + c] = 8 * _mm_cvtsi128_si32(h);
+		}
+}
+
+#define MM_Q4_0_MAX_NB 512
+
+static inline __attribute__((always_inline)) void
+MM_NAME(q4_0_rows) (const int C, int nb, int n_rows,
+					const uint8_t *w, size_t w_stride,
+					const uint8_t *x, size_t x_stride,
+					const float *xs, float *out)
+{
+	const __m256i lowmask = _mm256_set1_epi8(0x0F);
+	const __m256i ones = _mm256_set1_epi8(1);
+	int32_t		ys[MM_Q4_0_MAX_NB * 8];
+	bool		grouped = nb <= MM_Q4_0_MAX_NB && n_rows >= 8;
+	int			r = 0;
+
+	if (grouped)
+		MM_NAME(q4_0_ysums) (C, nb, x, x_stride, ys);
+	for (; grouped && r + 8 <= n_rows; r += 8)
+	{
+		__m256		acc[8];
+
+		_Pragma("GCC unroll 8")
+		for (int c = 0; c < C; c++)
+			acc[c] = _mm256_setzero_ps();
+		for (int b = 0; b < nb; b++)
+		{
+			__m256i		wq[8];
+			uint16_t	dh[8];
+			__m256		dw;
+
+			_Pragma("GCC unroll 8")
+			for (int k = 0; k < 8; k++)
+			{
+				const opus_block_q4_0 *wb = (const opus_block_q4_0 *) (w + (size_t) (r + k) * w_stride) + b;
+				__m128i		q = _mm_loadu_si128((const __m128i *) wb->qs);
+
+				if (C == 1)
+					_mm_prefetch((const char *) wb + MM_PREFETCH, _MM_HINT_T0);
+				wq[k] = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), lowmask);
+				dh[k] = wb->d;
+			}
+			/* built in a register (a store then a vector load would stall) */
+			dw = _mm256_cvtph_ps(_mm_set_epi16((short) dh[7], (short) dh[6], (short) dh[5],
+											   (short) dh[4], (short) dh[3], (short) dh[2],
+											   (short) dh[1], (short) dh[0]));
+			_Pragma("GCC unroll 8")
+			for (int c = 0; c < C; c++)
+			{
+				const opus_block_q8_0 *xb = (const opus_block_q8_0 *) (x + c * x_stride) + b;
+				__m256i		xv = _mm256_loadu_si256((const __m256i *) xb->qs);
+				__m256i		p[8];
+				__m256i		isum;
+
+				/* sum (q - 8) y = sum q y - 8 sum y */
+				_Pragma("GCC unroll 8")
+				for (int k = 0; k < 8; k++)
+					p[k] = MM_DOT(wq[k], xv);
+				isum = _mm256_sub_epi32(MM_NAME(hsum8_epi32) (p), _mm256_set1_epi32(ys[b * 8 + c]));
+				acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum),
+										 _mm256_mul_ps(dw, _mm256_broadcast_ss(xs + (size_t) b * 8 + c)),
+										 acc[c]);
+			}
+		}
+		_Pragma("GCC unroll 8")
+		for (int c = 0; c < C; c++)
+		{
+			float		v[8];
+
+			_mm256_storeu_ps(v, acc[c]);
+			for (int k = 0; k < 8; k++)
+				out[(size_t) (r + k) * 8 + c] = v[k];
+		}
+	}
+	for (; r < n_rows; r++)
+	{
+		const opus_block_q4_0 *wr = (const opus_block_q4_0 *) (w + (size_t) r * w_stride);
+
+		for (int c = 0; c < C; c++)
+		{
+			const opus_block_q8_0 *xr = (const opus_block_q8_0 *) (x + c * x_stride);
+			float		a = 0.0f;
+
+			for (int b = 0; b < nb; b++)
+			{
+				__m128i		q = _mm_loadu_si128((const __m128i *) wr[b].qs);
+				__m256i		wq = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), lowmask);
+				__m256i		xv = _mm256_loadu_si256((const __m256i *) xr[b].qs);
+				__m256i		t = _mm256_sub_epi32(MM_DOT(wq, xv), _mm256_slli_epi32(MM_DOT(ones, xv), 3));
+				__m128i		h = _mm_add_epi32(_mm256_castsi256_si128(t), _mm256_extracti128_si256(t, 1));
+				float		dw = _cvtsh_ss(wr[b].d);
+
+				h = _mm_add_epi32(h, _mm_unpackhi_epi64(h, h));
+				h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0xB1));
+				a = __builtin_fmaf((float) _mm_cvtsi128_si32(h), dw * xs[(size_t) b * 8 + c], a);
+			}
+			out[(size_t) r * 8 + c] = a;
+		}
+	}
+}
+
 #define MM_INSTANCE(type, C) \
 static void \
 MM_NAME(type##_##C) (int nb, int n_rows, const uint8_t *w, size_t ws, \
@@ -344,6 +485,8 @@ MM_INSTANCE(q4_1, 1) MM_INSTANCE(q4_1, 2) MM_INSTANCE(q4_1, 3) MM_INSTANCE(q4_1,
 MM_INSTANCE(q4_1, 5) MM_INSTANCE(q4_1, 6) MM_INSTANCE(q4_1, 7) MM_INSTANCE(q4_1, 8)
 MM_INSTANCE(q8_0, 1) MM_INSTANCE(q8_0, 2) MM_INSTANCE(q8_0, 3) MM_INSTANCE(q8_0, 4)
 MM_INSTANCE(q8_0, 5) MM_INSTANCE(q8_0, 6) MM_INSTANCE(q8_0, 7) MM_INSTANCE(q8_0, 8)
+MM_INSTANCE(q4_0, 1) MM_INSTANCE(q4_0, 2) MM_INSTANCE(q4_0, 3) MM_INSTANCE(q4_0, 4)
+MM_INSTANCE(q4_0, 5) MM_INSTANCE(q4_0, 6) MM_INSTANCE(q4_0, 7) MM_INSTANCE(q4_0, 8)
 
 static const opus_mm_rows_fn MM_NAME(q4_1_table)[8] = {
 	MM_NAME(q4_1_1), MM_NAME(q4_1_2), MM_NAME(q4_1_3), MM_NAME(q4_1_4),
@@ -353,5 +496,10 @@ static const opus_mm_rows_fn MM_NAME(q8_0_table)[8] = {
 	MM_NAME(q8_0_1), MM_NAME(q8_0_2), MM_NAME(q8_0_3), MM_NAME(q8_0_4),
 	MM_NAME(q8_0_5), MM_NAME(q8_0_6), MM_NAME(q8_0_7), MM_NAME(q8_0_8),
 };
+static const opus_mm_rows_fn MM_NAME(q4_0_table)[8] = {
+	MM_NAME(q4_0_1), MM_NAME(q4_0_2), MM_NAME(q4_0_3), MM_NAME(q4_0_4),
+	MM_NAME(q4_0_5), MM_NAME(q4_0_6), MM_NAME(q4_0_7), MM_NAME(q4_0_8),
+};
 
 #undef MM_INSTANCE
+#undef MM_Q4_0_MAX_NB

@@ -602,31 +602,77 @@ q5_K_block(const opus_block_q5_K *a, const opus_block_q8_K *b, int *mins)
 }
 
 /*
- * Q4_K / Q5_K one-token order (ggml_vec_dot_q4_K/q5_K_q8_K, AVX2): per
- * super-block acc = fma(x.d * w.d, lanes, acc) into one 8-lane accumulator;
- * the mins as a scalar chain summs = fma(-x.d * w.dmin, mins, summs); the
- * result hsum_ps(acc) + summs.
+ * Q4_K in llama.cpp's order for Q4_K weights on x86 (its repacked q4_K_8x8
+ * kernels): two scalar chains acc = fma(s, w.d * x.d, acc) and accm =
+ * fma(m, w.dmin * x.d, accm) from the exact sums s (quants times scales)
+ * and m (mins times bsums), the result acc - accm.  For groups of 4 tokens
+ * (ggml_gemm_q4_K_8x8_q8_K, what a prompt mostly goes through) the chains
+ * step per pair of sub-blocks: that is vec_dot; for single tokens
+ * (ggml_gemv_q4_K_8x8_q8_K) per super-block: opus_q4_K_vec_dot_gemv_avx2.
  */
 static float
 q4_K_vec_dot_avx2(int64_t n, const void *w, const void *x)
 {
 	const opus_block_q4_K *a = w;
 	const opus_block_q8_K *b = x;
-	__m256		acc = _mm256_setzero_ps();
-	float		summs = 0.0f;
+	const __m256i m4 = _mm256_set1_epi8(0x0F);
+	float		acc = 0.0f,
+				accm = 0.0f;
+
+	for (int64_t i = 0; i < n / OPUS_QK_K; i++)
+	{
+		float		d = f16(a[i].d) * b[i].d,
+					dmin = f16(a[i].dmin) * b[i].d;
+		__m128i		sc,
+					mn;
+		__m256i		sc16;
+		int32_t		m8[8];
+
+		k_unpack_scales(a[i].scales, &sc, &mn);
+		sc16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(sc));
+		_mm256_storeu_si256((__m256i *) m8, k_min_products(mn, b[i].bsums));
+		for (int c = 0; c < 4; c++)
+		{
+			__m256i		q = load256(a[i].qs + 32 * c);
+			__m256i		lo = _mm256_and_si256(q, m4);
+			__m256i		hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+			__m256i		plo = _mm256_maddubs_epi16(lo, load256(b[i].qs + 64 * c));
+			__m256i		phi = _mm256_maddubs_epi16(hi, load256(b[i].qs + 64 * c + 32));
+
+			plo = _mm256_madd_epi16(plo, bcast_i16(sc16, 2 * c));
+			phi = _mm256_madd_epi16(phi, bcast_i16(sc16, 2 * c + 1));
+			acc = __builtin_fmaf((float) hsum_epi32(_mm256_add_epi32(plo, phi)), d, acc);
+			accm = __builtin_fmaf((float) (m8[2 * c] + m8[2 * c + 1]), dmin, accm);
+		}
+	}
+	return acc - accm;
+}
+
+float
+opus_q4_K_vec_dot_gemv_avx2(int64_t n, const void *w, const void *x)
+{
+	const opus_block_q4_K *a = w;
+	const opus_block_q8_K *b = x;
+	float		acc = 0.0f,
+				accm = 0.0f;
 
 	for (int64_t i = 0; i < n / OPUS_QK_K; i++)
 	{
 		int			mins;
-		__m256i		sumi = q4_K_block(&a[i], &b[i], &mins);
+		int			s = hsum_epi32(q4_K_block(&a[i], &b[i], &mins));
 
-		summs = __builtin_fmaf(-b[i].d * f16(a[i].dmin), (float) mins, summs);
-		acc = _mm256_fmadd_ps(_mm256_set1_ps(b[i].d * f16(a[i].d)),
-							  _mm256_cvtepi32_ps(sumi), acc);
+		acc = __builtin_fmaf((float) s, f16(a[i].d) * b[i].d, acc);
+		accm = __builtin_fmaf((float) mins, f16(a[i].dmin) * b[i].d, accm);
 	}
-	return hsum_ps(acc) + summs;
+	return acc - accm;
 }
 
+/*
+ * Q5_K's order (ggml_vec_dot_q5_K_q8_K, AVX2; not repacked on x86): per
+ * super-block acc = fma(x.d * w.d, lanes, acc) into one 8-lane accumulator,
+ * the mins as a scalar chain summs = fma(-x.d * w.dmin, mins, summs); the
+ * result hsum_ps(acc) + summs.
+ */
 static float
 q5_K_vec_dot_avx2(int64_t n, const void *w, const void *x)
 {

@@ -1313,6 +1313,28 @@ q4_K_vec_dot_tiled(int64_t n, const void *w, const void *x)
 	return acc;
 }
 
+/*
+ * Q4_K in llama.cpp's repacked (q4_K_8x8) order for single tokens: chains
+ * acc = fma(s, w.d * x.d, acc), accm = fma(m, w.dmin * x.d, accm) per
+ * super-block, the result acc - accm (quant_avx2.c's Q4_K vec_dot runs the
+ * same chains per pair of sub-blocks, its order for groups of 4 tokens).
+ */
+static float
+q4_K_vec_dot_gemv(int64_t n, const void *w, const void *x)
+{
+	const opus_block_q4_K *a = w;
+	const opus_block_q8_K *b = x;
+	float		acc = 0.0f,
+				accm = 0.0f;
+
+	for (int64_t i = 0; i < n / OPUS_QK_K; i++)
+	{
+		acc = fmaf((float) q4_K_block_sum(&a[i], &b[i]), F16(a[i].d) * b[i].d, acc);
+		accm = fmaf((float) k_min_term(a[i].scales, b[i].bsums), F16(a[i].dmin) * b[i].d, accm);
+	}
+	return acc - accm;
+}
+
 static float
 q5_K_vec_dot_tiled(int64_t n, const void *w, const void *x)
 {
@@ -1344,20 +1366,30 @@ q6_K_vec_dot_tiled(int64_t n, const void *w, const void *x)
 }
 
 opus_vec_dot_fn
-opus_vec_dot_llama_batch(enum opus_qtype type, int64_t n_rows)
+opus_vec_dot_llama_batch(enum opus_qtype type, int64_t n_rows, int n_tok, int *from, int *until)
 {
 	bool		avx2 = strcmp(opus_qtype_cpu_variant(), "avx2") == 0;
+	bool		tiled = n_tok >= OPUS_LLAMA_TILED_MIN_ROWS;
 
+	*from = 0;
+	*until = 0;
 	switch (type)
 	{
 		case OPUS_TYPE_Q4_K:
-			/* llama.cpp repacks these (q4_K_8x8), an order of its own */
 			if (n_rows % 8 == 0)
-				return NULL;
+			{
+				/* repacked: vec_dot's order for groups of 4, the rest one by one */
+				*from = n_tok - n_tok % 4;
+				*until = n_tok;
+				return avx2 ? opus_q4_K_vec_dot_gemv_avx2 : q4_K_vec_dot_gemv;
+			}
+			*until = tiled ? n_tok : 0;
 			return avx2 ? opus_q4_K_vec_dot_tiled_avx2 : q4_K_vec_dot_tiled;
 		case OPUS_TYPE_Q5_K:
+			*until = tiled ? n_tok : 0;
 			return avx2 ? opus_q5_K_vec_dot_tiled_avx2 : q5_K_vec_dot_tiled;
 		case OPUS_TYPE_Q6_K:
+			*until = tiled ? n_tok : 0;
 			return avx2 ? opus_q6_K_vec_dot_tiled_avx2 : q6_K_vec_dot_tiled;
 		default:
 			return NULL;

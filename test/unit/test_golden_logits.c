@@ -62,12 +62,12 @@
  * position with margin >= MARGIN, no exceptions.  In llama.cpp-order mode the
  * types below must moreover reproduce llama.cpp's logits exactly (max |diff|
  * 0 at llama.cpp's top-1, every position): their matmul kernels follow
- * llama.cpp's summation order for that batch (Q4_0: its repacked 8x8
- * kernels; Q5_K/Q6_K: its tiled K-quant kernels for >= 8 tokens; the others:
- * ggml's AVX2 vec_dot and tinyBLAS).  That needs the AVX2 kernels (the plain
- * reference ones sum in another order).  The float types (F32, F16, BF16)
- * differ from llama.cpp in the order of their long float sums (~0.03-0.3);
- * Q4_K in llama.cpp's order of its repacked q4_K_8x8 kernels.  "Exactly":
+ * llama.cpp's summation order for that batch (Q4_0 and Q4_K: its repacked
+ * 8x8 kernels; Q5_K/Q6_K: its tiled K-quant kernels for >= 8 tokens; the
+ * others: ggml's AVX2 vec_dot and tinyBLAS).  That needs the AVX2 kernels
+ * (the plain reference ones sum in another order).  The float types (F32,
+ * F16, BF16) differ from llama.cpp in the order of their long float sums
+ * (~0.03-0.3).  "Exactly":
  * within EXACT_TOL, as the goldens print logits with 4 decimals (a single
  * differently rounded activation shows as a difference of 1e-3 or more).
  */
@@ -76,7 +76,7 @@ static bool
 type_is_exact(const char *name)
 {
 	static const char *const exact[] = {
-		"default", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q5_k", "q6_k"
+		"default", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q4_k", "q5_k", "q6_k"
 	};
 
 	for (size_t k = 0; k < sizeof(exact) / sizeof(exact[0]); k++)

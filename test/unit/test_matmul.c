@@ -264,7 +264,7 @@ main(void)
 		CHECK(opus_mm_rows_avx2 != NULL, "placeholder");
 		return UNIT_DONE();
 	}
-	CHECK(opus_mm_rows_avx2(OPUS_TYPE_Q4_0, 8, true) == NULL &&
+	CHECK(opus_mm_rows_avx2(OPUS_TYPE_Q5_0, 8, true) == NULL &&
 		  opus_mm_rows_avx2(OPUS_TYPE_Q4_1, 0, true) == NULL &&
 		  opus_mm_rows_avx2(OPUS_TYPE_Q4_1, 9, true) == NULL,
 		  "no kernel for other types or group sizes");

@@ -13,8 +13,10 @@
  *  (d) fp16/bf16: exhaustive round trip over all 65536 bit patterns, nearest
  *      and ties-to-even rounding checked against the neighbours for random
  *      floats, and spot checks (inf, NaN, subnormals, overflow);
- *  (e) the K-quant multi-token order (opus_vec_dot_llama_batch): AVX2 and
- *      reference bit-identical, both within the vec_dot tolerance;
+ *  (e) the K-quant multi-token orders (opus_vec_dot_llama_batch): which
+ *      type and token count gets which; AVX2 and reference bit-identical,
+ *      both within the vec_dot tolerance;
+ *  (f) the Q4_0 tile kernels bit-identical to Q4_0's vec_dot;
  * plus known-answer blocks that pin the bit layouts (nibble order, fifth
  * bits, 6-bit K scales, Q6_K packing) and the table/registration contract.
  */
@@ -448,22 +450,39 @@ test_avx2(void)
 static void
 test_llama_batch_order(void)
 {
-	static const enum opus_qtype ktypes[] = {OPUS_TYPE_Q4_K, OPUS_TYPE_Q5_K, OPUS_TYPE_Q6_K};
+	static const enum opus_qtype ktypes[] = {OPUS_TYPE_Q4_K, OPUS_TYPE_Q4_K, OPUS_TYPE_Q5_K,
+	OPUS_TYPE_Q6_K};
+	static const int64_t krows[] = {577, 576, 576, 576};	/* Q4_K: tiled, then repacked */
 	static float x[MAX_N],
 				act[MAX_N];
 	static uint8_t wq[MAX_N * 4],
 				xq[MAX_N * 4];
 
 	opus_qtype_init_cpu(true);
-	CHECK(opus_vec_dot_llama_batch(OPUS_TYPE_Q4_0, 7) == NULL &&
-		  opus_vec_dot_llama_batch(OPUS_TYPE_Q4_1, 7) == NULL &&
-		  opus_vec_dot_llama_batch(OPUS_TYPE_Q8_0, 7) == NULL &&
-		  opus_vec_dot_llama_batch(OPUS_TYPE_F16, 7) == NULL &&
-		  opus_vec_dot_llama_batch(OPUS_TYPE_Q4_K, 576) == NULL &&
-		  opus_vec_dot_llama_batch(OPUS_TYPE_Q4_K, 577) != NULL &&
-		  opus_vec_dot_llama_batch(OPUS_TYPE_Q5_K, 576) != NULL &&
-		  opus_vec_dot_llama_batch(OPUS_TYPE_Q6_K, 576) != NULL,
-		  "multi-token order only for Q4_K (row count not a multiple of 8), Q5_K, Q6_K");
+	{
+		int			f[11],
+					u[11];
+		bool		ok = opus_vec_dot_llama_batch(OPUS_TYPE_Q4_0, 8, 16, &f[0], &u[0]) == NULL &&
+			f[0] == 0 && u[0] == 0 &&
+			opus_vec_dot_llama_batch(OPUS_TYPE_Q4_1, 8, 16, &f[1], &u[1]) == NULL &&
+			opus_vec_dot_llama_batch(OPUS_TYPE_Q8_0, 8, 16, &f[2], &u[2]) == NULL &&
+			opus_vec_dot_llama_batch(OPUS_TYPE_F16, 8, 16, &f[3], &u[3]) == NULL &&
+			opus_vec_dot_llama_batch(OPUS_TYPE_Q5_K, 8, 16, &f[4], &u[4]) != NULL &&
+			f[4] == 0 && u[4] == 16 &&
+			opus_vec_dot_llama_batch(OPUS_TYPE_Q5_K, 8, 7, &f[5], &u[5]) != NULL && u[5] == 0 &&
+			opus_vec_dot_llama_batch(OPUS_TYPE_Q6_K, 8, 8, &f[6], &u[6]) != NULL &&
+			f[6] == 0 && u[6] == 8 &&
+			opus_vec_dot_llama_batch(OPUS_TYPE_Q4_K, 576, 11, &f[7], &u[7]) != NULL &&
+			f[7] == 8 && u[7] == 11 &&
+			opus_vec_dot_llama_batch(OPUS_TYPE_Q4_K, 576, 3, &f[8], &u[8]) != NULL &&
+			f[8] == 0 && u[8] == 3 &&
+			opus_vec_dot_llama_batch(OPUS_TYPE_Q4_K, 577, 11, &f[9], &u[9]) != NULL &&
+			f[9] == 0 && u[9] == 11 &&
+			opus_vec_dot_llama_batch(OPUS_TYPE_Q4_K, 577, 7, &f[10], &u[10]) != NULL && u[10] == 0;
+
+		CHECK(ok, "multi-token orders: Q5_K/Q6_K/odd-row Q4_K for >= 8 tokens, repacked Q4_K's "
+			  "one-token order for the n %% 4 last tokens, none for other types");
+	}
 	for (size_t k = 0; k < sizeof(ktypes) / sizeof(ktypes[0]); k++)
 	{
 		const struct opus_qtype_info *wi = opus_qtype_info(ktypes[k]);
@@ -494,12 +513,15 @@ test_llama_batch_order(void)
 				xi->to_float_ref(xq, act, n);
 				for (int64_t i = 0; i < n; i++)
 					abs_sum += fabs((double) y[i] * act[i]);
+				int			f,
+							u;
+
 				opus_qtype_init_cpu(true);
-				ref = opus_vec_dot_llama_batch(ktypes[k], 1);
+				ref = opus_vec_dot_llama_batch(ktypes[k], krows[k], 17, &f, &u);
 				d_ref = ref(n, wq, xq);
 				d_vec = wi->vec_dot_ref(n, wq, xq);
 				opus_qtype_init_cpu(false);
-				fast = opus_vec_dot_llama_batch(ktypes[k], 1);
+				fast = opus_vec_dot_llama_batch(ktypes[k], krows[k], 17, &f, &u);
 				d_fast = fast(n, wq, xq);
 				CHECK(memcmp(&d_ref, &d_fast, sizeof(float)) == 0,
 					  "%s n=%lld kind %d: multi-token order avx2 %.9g vs ref %.9g (bit-identical)",
@@ -513,10 +535,75 @@ test_llama_batch_order(void)
 				n_cases++;
 			}
 		}
-		printf("  %-5s multi-token order: avx2 == ref; |it - vec_dot_ref| / sum|wx| <= %.2e; "
-			   "equal to vec_dot in %d of %d cases\n", wi->name, worst, n_same, n_cases);
+		printf("  %-5s multi-token order (%lld rows): avx2 == ref; |it - vec_dot_ref| / sum|wx| "
+			   "<= %.2e; equal to vec_dot in %d of %d cases\n", wi->name, (long long) krows[k],
+			   worst, n_same, n_cases);
 	}
 	opus_qtype_init_cpu(false);
+}
+
+/*
+ * ---- (f): the Q4_0 tile kernels (matmul_avx2.c) ----
+ * They sum in llama.cpp's Q4_0 order like vec_dot does, eight rows at once:
+ * every output must equal vec_dot's bit for bit, for every token count C,
+ * AVX2 and AVX-VNNI, with a row count that is not a multiple of 8.
+ */
+static void
+test_q4_0_tiles(void)
+{
+	enum
+	{
+		NB = 18, ROWS = 13
+	};
+	static opus_block_q4_0 w[ROWS * NB];
+	static opus_block_q8_0 xq[8 * NB];
+	static float x[ROWS * NB * 32],
+				xs[NB * 8],
+				out[ROWS * 8];
+	const struct opus_qtype_info *wi = opus_qtype_info(OPUS_TYPE_Q4_0);
+	const struct opus_qtype_info *xi = opus_qtype_info(OPUS_TYPE_Q8_0);
+	int			n_bad = 0,
+				n_run = 0;
+
+	opus_qtype_init_cpu(false);
+	if (strcmp(opus_qtype_cpu_variant(), "avx2") != 0)
+	{
+		printf("  SKIP: no AVX2; Q4_0 tile kernels not run\n");
+		return;
+	}
+	fill(x, ROWS * NB * 32, DATA_NORMAL);
+	wi->from_float(x, w, ROWS * NB * 32);
+	fill(x, 8 * NB * 32, DATA_NORMAL);
+	for (int c = 0; c < 8; c++)
+	{
+		xi->from_float(x + c * NB * 32, xq + c * NB, NB * 32);
+		for (int b = 0; b < NB; b++)
+			xs[b * 8 + c] = opus_fp16_to_fp32(xq[c * NB + b].d);
+	}
+	for (int vnni = 0; vnni < 2; vnni++)
+		for (int C = 1; C <= 8; C++)
+		{
+			opus_mm_rows_fn fn = opus_mm_rows_avx2(OPUS_TYPE_Q4_0, C, vnni != 0);
+
+			CHECK(fn != NULL, "Q4_0 tile kernel for C=%d vnni=%d", C, vnni);
+			if (!fn)
+				continue;
+			for (int n_rows = 1; n_rows <= ROWS; n_rows += 4)
+			{
+				fn(NB, n_rows, (const uint8_t *) w, sizeof(opus_block_q4_0) * NB,
+				   (const uint8_t *) xq, sizeof(opus_block_q8_0) * NB, xs, out);
+				for (int r = 0; r < n_rows; r++)
+					for (int c = 0; c < C; c++)
+					{
+						float		v = wi->vec_dot(NB * 32, w + r * NB, xq + c * NB);
+
+						n_run++;
+						n_bad += memcmp(&v, &out[r * 8 + c], sizeof(float)) != 0;
+					}
+			}
+		}
+	CHECK(n_bad == 0, "Q4_0 tile kernels equal vec_dot bit for bit (%d of %d differ)", n_bad, n_run);
+	printf("  Q4_0  tile kernels == vec_dot at %d of %d outputs\n", n_run - n_bad, n_run);
 }
 
 /* ---- known-answer blocks: the bit layouts ---- */
@@ -787,5 +874,6 @@ main(void)
 	test_kquant_search();
 	test_avx2();
 	test_llama_batch_order();
+	test_q4_0_tiles();
 	return UNIT_DONE();
 }
