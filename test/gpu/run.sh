@@ -64,9 +64,9 @@ fi
 # load; engine.mk alone builds the same targets.
 say "== build"
 # only this GPU's architecture (a quicker build than the default three)
-CC=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d '. ')
+SM=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d '. ')
 ARCHS=()
-[ -n "$CC" ] && ARCHS=("CUDA_ARCHS=-gencode arch=compute_$CC,code=sm_$CC -gencode arch=compute_$CC,code=compute_$CC")
+[ -n "$SM" ] && ARCHS=("CUDA_ARCHS=-gencode arch=compute_$SM,code=sm_$SM -gencode arch=compute_$SM,code=compute_$SM")
 if ! make -j"$JOBS" CUDA=1 "${ARCHS[@]}" gpu >/tmp/opus_gpu_build.log 2>&1 &&
 	! make -j"$JOBS" -f src/engine/engine.mk CUDA=1 "${ARCHS[@]}" gpu >>/tmp/opus_gpu_build.log 2>&1; then
 	tail -30 /tmp/opus_gpu_build.log
