@@ -218,7 +218,8 @@ check_type(int type, cublasHandle_t blas)
 		}
 	dW = dmalloc(row_bytes * n_out);
 	dx = dmalloc(sizeof(float) * n_in * n_tok);
-	dy = dmalloc(sizeof(float) * n_out * n_tok);
+	/* also holds the 3 embedding rows checked below */
+	dy = dmalloc(sizeof(float) * (n_out * n_tok > 3 * n_in ? n_out * n_tok : 3 * n_in));
 	dbias = dmalloc(sizeof(float) * n_out);
 	up(dW, W, row_bytes * n_out);
 	up(dx, x, sizeof(float) * n_in * n_tok);
