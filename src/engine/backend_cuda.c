@@ -457,6 +457,9 @@ check_model(const struct opus_ctx *c, struct opus_error *err)
 	if (c->kv.block_bytes != f16_block_bytes(hp, c->kv.block_size))
 		return opus_error_set(err, OPUS_ERR_UNSUPPORTED,
 							  "the cuda backend keeps the kv cache in f16 only");
+	if (c->params.llama_batch_order)
+		return opus_error_set(err, OPUS_ERR_UNSUPPORTED,
+							  "the cuda backend has no llama.cpp batch order");
 	if ((st = check_wmat(&m->tok_embd, err)) != OPUS_OK ||
 		(st = check_wmat(&m->output, err)) != OPUS_OK)
 		return st;
