@@ -21,6 +21,9 @@
 #include <thread>
 #include <vector>
 #include <functional>
+#include <atomic>
+#include <stdio.h>
+#include <stdlib.h>
 #undef __global__
 #undef __device__
 #undef __host__
@@ -67,12 +70,15 @@ static inline __half __float2half_rn(float f) { __half r; r.h = _cvtss_sh(f, 0);
 static inline float __half2float(__half h) { return _cvtsh_ss(h.h); }
 static inline __half2 __floats2half2_rn(float a, float b) { __half2 r; r.x = __float2half_rn(a); r.y = __float2half_rn(b); return r; }
 
-/* run the grid block by block; each block's threads as std::threads */
+/* run the grid block by block on a pool of EMU_POOL persistent threads */
+#define EMU_POOL 256
+void emu_run_block(int nthr, const std::function<void(int)> &job);
+
 template <typename K, typename... A>
 static void emu_launch(K kern, dim3 g, dim3 b, size_t smem, cudaStream_t s, A... args)
 {
 	int nthr = (int) (b.x * b.y * b.z);
-	if (b.y != 1 || b.z != 1 || nthr > 1024 || nthr % 32 != 0) { fprintf(stderr, "emu: block shape\n"); abort(); }
+	if (b.y != 1 || b.z != 1 || nthr > EMU_POOL || nthr % 32 != 0) { fprintf(stderr, "emu: block shape\n"); abort(); }
 	if (g.x == 0 || g.y == 0 || g.z == 0 || g.y > 65535 || g.z > 65535) { fprintf(stderr, "emu: grid %u %u %u\n", g.x, g.y, g.z); abort(); }
 	gridDim = {g.x, g.y, g.z};
 	blockDim = {b.x, b.y, b.z};
@@ -81,18 +87,14 @@ static void emu_launch(K kern, dim3 g, dim3 b, size_t smem, cudaStream_t s, A...
 	for (unsigned bx = 0; bx < g.x; bx++)
 	{
 		std::barrier<> bb(nthr);
-		std::vector<std::barrier<> *> wb;
-		std::vector<std::thread> th;
 		emu_block_barrier = &bb;
 		for (int w = 0; w < nthr / 32; w++)
 			emu_warp_barrier[w] = new std::barrier<>(32);
-		for (int t = 0; t < nthr; t++)
-			th.emplace_back([&, t]() {
-				threadIdx = {(unsigned) t, 0, 0};
-				blockIdx = {bx, by, bz};
-				kern(args...);
-			});
-		for (auto &x : th) x.join();
+		emu_run_block(nthr, [&](int t) {
+			threadIdx = {(unsigned) t, 0, 0};
+			blockIdx = {bx, by, bz};
+			kern(args...);
+		});
 		for (int w = 0; w < nthr / 32; w++)
 			delete emu_warp_barrier[w];
 	}
