@@ -5,7 +5,8 @@
 # barriers, warp exchange), linked with the fake CUDA runtime
 # (test/gpu/fake, its launchers renamed away, device buffers of the exact
 # size so ASan sees every out-of-bounds access) and the fake cuBLAS, under
-# ASan+UBSan.  Slow (a pool thread per CUDA thread of a block): `kernels` ~2 min on 2 cores.
+# ASan+UBSan.  Slow (a pool thread per CUDA thread of a block): `kernels`
+# takes ~2 min on 2 cores.
 # For reviews without a GPU; it checks indexing, bounds, barriers and
 # results within the stated tolerances, not GPU speed or bit patterns.
 #

@@ -1,7 +1,8 @@
 /*
  * cuda_runtime.h (test/gpu/emu) - a stand-in for the CUDA headers that lets
- * the device code of kernels/ compile as host C++ and run on the CPU: each
- * block's threads are std::threads, __syncthreads a block barrier,
+ * the device code of kernels/ compile as host C++ and run on the CPU: a
+ * block's threads run on a pool of persistent std::threads (emu_globals.cc),
+ * __syncthreads is a block barrier,
  * __shfl_xor_sync an exchange through a per-warp barrier, __shared__
  * variables statics (blocks run one after another), the _rn intrinsics
  * plain float operations (built with -ffp-contract=off), half conversions
