@@ -136,9 +136,10 @@ void		opus_mm_scatter_avx2(const float *out, int64_t n, int cc, float *const *ds
 /*
  * llama.cpp sums K-quant matmuls in orders that depend on the number of
  * tokens (activation rows) in the matmul (quant_ref.c and quant_avx2.c
- * describe them): Q5_K/Q6_K (and Q4_K matrices whose row count is not a
- * multiple of 8) one way (vec_dot) for fewer than OPUS_LLAMA_TILED_MIN_ROWS
- * tokens and another for more; repacked Q4_K (row count a multiple of 8)
+ * describe them): Q5_K/Q6_K one way (vec_dot) for fewer than
+ * OPUS_LLAMA_TILED_MIN_ROWS tokens and another for more; Q4_K matrices whose
+ * row count is not a multiple of 8 two ways of their own (the one for few
+ * tokens with the AVX2 kernels only); repacked Q4_K (row count a multiple of 8)
  * vec_dot's way for whole groups of 4 tokens and another for the n_tok % 4
  * last ones.  With opus_ctx_params.llama_batch_order the forward pass uses
  * the returned dot product (vec_dot's arguments) for tokens *from ..

@@ -668,6 +668,43 @@ opus_q4_K_vec_dot_gemv_avx2(int64_t n, const void *w, const void *x)
 }
 
 /*
+ * ggml_vec_dot_q4_K_q8_K's own order (AVX2), which llama.cpp runs for Q4_K
+ * matrices it does not repack (row count not a multiple of 8) and fewer
+ * than 8 tokens: per super-block acc = fma(x.d * w.d, lanes, acc) into one
+ * 8-lane accumulator; the min products in 4 lanes (sub-blocks 2k and 2k+1
+ * in lane k), accm = fma(-x.d * w.dmin, mins4, accm); the result
+ * hsum_ps(acc) + ((m0 + m2) + (m1 + m3)).
+ */
+float
+opus_q4_K_vec_dot_ggml_avx2(int64_t n, const void *w, const void *x)
+{
+	const opus_block_q4_K *a = w;
+	const opus_block_q8_K *b = x;
+	__m256		acc = _mm256_setzero_ps();
+	__m128		accm = _mm_setzero_ps();
+
+	for (int64_t i = 0; i < n / OPUS_QK_K; i++)
+	{
+		int			mins;
+		__m256i		sumi = q4_K_block(&a[i], &b[i], &mins);
+		__m128i		sc,
+					mn;
+		__m256i		p;
+
+		k_unpack_scales(a[i].scales, &sc, &mn);
+		p = k_min_products(mn, b[i].bsums);
+		p = _mm256_permute4x64_epi64(_mm256_hadd_epi32(p, p), 0x08);
+		accm = _mm_fmadd_ps(_mm_set1_ps(-b[i].d * f16(a[i].dmin)),
+							_mm_cvtepi32_ps(_mm256_castsi256_si128(p)), accm);
+		acc = _mm256_fmadd_ps(_mm256_set1_ps(b[i].d * f16(a[i].d)),
+							  _mm256_cvtepi32_ps(sumi), acc);
+	}
+	accm = _mm_add_ps(accm, _mm_movehl_ps(accm, accm));
+	accm = _mm_add_ss(accm, _mm_movehdup_ps(accm));
+	return hsum_ps(acc) + _mm_cvtss_f32(accm);
+}
+
+/*
  * Q5_K's order (ggml_vec_dot_q5_K_q8_K, AVX2; not repacked on x86): per
  * super-block acc = fma(x.d * w.d, lanes, acc) into one 8-lane accumulator,
  * the mins as a scalar chain summs = fma(-x.d * w.dmin, mins, summs); the

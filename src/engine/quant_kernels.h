@@ -19,6 +19,7 @@ void		opus_quant_register_avx2(struct opus_qtype_info *table);
 /* the K-quant multi-token order (opus_vec_dot_llama_batch), AVX2 versions */
 float		opus_q4_K_vec_dot_tiled_avx2(int64_t n, const void *w, const void *x);
 float		opus_q4_K_vec_dot_gemv_avx2(int64_t n, const void *w, const void *x);
+float		opus_q4_K_vec_dot_ggml_avx2(int64_t n, const void *w, const void *x);
 float		opus_q5_K_vec_dot_tiled_avx2(int64_t n, const void *w, const void *x);
 float		opus_q6_K_vec_dot_tiled_avx2(int64_t n, const void *w, const void *x);
 

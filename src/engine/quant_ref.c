@@ -1383,6 +1383,12 @@ opus_vec_dot_llama_batch(enum opus_qtype type, int64_t n_rows, int n_tok, int *f
 				*until = n_tok;
 				return avx2 ? opus_q4_K_vec_dot_gemv_avx2 : q4_K_vec_dot_gemv;
 			}
+			if (avx2 && !tiled)
+			{
+				/* not repacked, few tokens: ggml's own Q4_K vec_dot (AVX2 only) */
+				*until = n_tok;
+				return opus_q4_K_vec_dot_ggml_avx2;
+			}
 			*until = tiled ? n_tok : 0;
 			return avx2 ? opus_q4_K_vec_dot_tiled_avx2 : q4_K_vec_dot_tiled;
 		case OPUS_TYPE_Q5_K:
