@@ -8,7 +8,9 @@
 # cache of KV_CACHE (default 64MB, as in the README's table) and
 # opus.max_requests 64; runs test/bench/bench_batching.sh against it (its
 # environment - LEVELS, ROUNDS, LLAMA_SERVER, SKIP_LLAMA, ... - passes
-# through), then stops the instance and removes it.
+# through), then stops the instance and removes it.  BENCH picks another
+# benchmark that takes psql connection options, e.g.
+# BENCH=test/bench/bench_jobs.sh.
 #
 # usage: [ENGINE=path] [OPUS_THREADS=n] [PORT=55433] [KV_CACHE=64MB]
 #        test/bench/bench_batching_tmp.sh
@@ -57,7 +59,7 @@ EOF
 as_pg "'$bindir/pg_ctl' -D '$dir/data' -l '$dir/log' -w start" >/dev/null
 echo "temporary instance in $dir (port $PORT), engine $ENGINE, $OPUS_THREADS thread(s)" >&2
 rc=0
-test/bench/bench_batching.sh -h "$dir" -p "$PORT" -U postgres -d postgres || rc=$?
+"${BENCH:-test/bench/bench_batching.sh}" -h "$dir" -p "$PORT" -U postgres -d postgres || rc=$?
 if [ $rc -ne 0 ]; then
 	echo "--- server log (last 30 lines)" >&2
 	tail -30 "$dir/log" >&2
