@@ -158,7 +158,7 @@ $(shell mkdir -p build; [ "$$(cat $(CUDA_SETTING) 2>/dev/null)" = "$(CUDA)" ] ||
 build/opus_engine: src/opus_engine.c $(ENGINE_BIN_OBJS) $(CUDA_SETTING)
 	$(ENGINE_CC) $(ENGINE_CFLAGS_BASE) $(ENGINE_OPT) $< $(ENGINE_BIN_OBJS) -o $@ $(ENGINE_BIN_LIBS)
 
-build/unit/%: test/unit/%.c $(ENGINE_SAN_OBJS) test/unit/unit.h
+build/unit/%: test/unit/%.c $(ENGINE_SAN_OBJS) test/unit/unit.h test/unit/unit_forward.h
 	@mkdir -p $(dir $@)
 	$(ENGINE_CC) $(ENGINE_CFLAGS_BASE) -iquote test/unit $(ENGINE_SAN) $< $(ENGINE_SAN_OBJS) -o $@ $(ENGINE_LIBS)
 

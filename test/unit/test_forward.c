@@ -27,6 +27,7 @@
 #include "model.h"
 #include "tokenizer.h"
 #include "unit.h"
+#include "unit_forward.h"
 
 static struct opus_model *model;
 static int	n_vocab;
@@ -57,38 +58,6 @@ make_ctx(int threads, int64_t n_blocks, int max_batch, int n_ctx)
 	return c;
 }
 
-/* Run toks through a fresh sequence in chunks; all logits into out[n][n_vocab]. */
-static bool
-run_chunked(struct opus_ctx *c, const int32_t *toks, int n, const int *chunks,
-			int n_chunks, float *out)
-{
-	struct opus_seq s;
-	struct opus_error err = {0};
-	int			done = 0;
-	bool		ok = true;
-
-	opus_seq_init(&s);
-	for (int i = 0; done < n && ok; i++)
-	{
-		int			k = chunks[i % n_chunks];
-		struct opus_batch_item it;
-
-		if (k > n - done)
-			k = n - done;
-		it = (struct opus_batch_item)
-		{
-			.seq = &s,.tokens = toks + done,.n_tokens = k,
-				.logits = out + (size_t) done * n_vocab,.logits_all = true,
-		};
-		ok = opus_forward(c, &it, 1, &err) == OPUS_OK;
-		if (!ok)
-			fprintf(stderr, "forward: %s\n", err.msg);
-		done += k;
-	}
-	opus_seq_release(c, &s);
-	return ok;
-}
-
 static void
 test_threads_and_chunks(void)
 {
@@ -110,8 +79,8 @@ test_threads_and_chunks(void)
 	if (!c1 || !c2 || !a || !b || !d)
 		goto out;
 	make_tokens(toks, N, 1);
-	CHECK(run_chunked(c1, toks, N, one, 1, a), "forward 1 thread");
-	CHECK(run_chunked(c2, toks, N, one, 1, b), "forward 2 threads");
+	CHECK(unit_run_chunked(c1, toks, N, one, 1, a, n_vocab), "forward 1 thread");
+	CHECK(unit_run_chunked(c2, toks, N, one, 1, b, n_vocab), "forward 2 threads");
 	CHECK(memcmp(a, b, sizeof(float) * N * n_vocab) == 0,
 		  "1 and 2 threads give bit-identical logits");
 	for (int i = 0; i < N * n_vocab; i++)
@@ -122,10 +91,10 @@ test_threads_and_chunks(void)
 			break;
 		}
 	}
-	CHECK(run_chunked(c2, toks, N, uneven, 4, d), "forward uneven chunks");
+	CHECK(unit_run_chunked(c2, toks, N, uneven, 4, d, n_vocab), "forward uneven chunks");
 	CHECK(memcmp(a, d, sizeof(float) * N * n_vocab) == 0,
 		  "uneven chunks give bit-identical logits");
-	CHECK(run_chunked(c2, toks, N, single, 1, d), "forward token by token");
+	CHECK(unit_run_chunked(c2, toks, N, single, 1, d, n_vocab), "forward token by token");
 	CHECK(memcmp(a, d, sizeof(float) * N * n_vocab) == 0,
 		  "token by token gives bit-identical logits");
 	/* other block sizes: the cache layout must not change any result */
@@ -139,13 +108,13 @@ test_threads_and_chunks(void)
 		struct opus_error err = {0};
 
 		CHECK(opus_ctx_create(model, &p, &cb, &err) == OPUS_OK, "ctx block size %d", p.block_size);
-		CHECK(cb && run_chunked(cb, toks, N, uneven, 4, d), "forward, block size %d", p.block_size);
+		CHECK(cb && unit_run_chunked(cb, toks, N, uneven, 4, d, n_vocab), "forward, block size %d", p.block_size);
 		CHECK(memcmp(a, d, sizeof(float) * N * n_vocab) == 0,
 			  "block size %d gives bit-identical logits", p.block_size);
 		opus_ctx_free(cb);
 	}
 	/* the two-thread context again: state left by earlier calls must not matter */
-	CHECK(run_chunked(c2, toks, N, one, 1, d), "forward again");
+	CHECK(unit_run_chunked(c2, toks, N, one, 1, d, n_vocab), "forward again");
 	CHECK(memcmp(a, d, sizeof(float) * N * n_vocab) == 0, "repeatable");
 out:
 	opus_ctx_free(c1);
@@ -466,11 +435,11 @@ test_reference_kernels(void)
 		goto out;
 	make_tokens(toks, N, 21);
 	c = make_ctx(2, 16, 32, 256);
-	CHECK(c && run_chunked(c, toks, N, one, 1, fast), "fast kernels");
+	CHECK(c && unit_run_chunked(c, toks, N, one, 1, fast, n_vocab), "fast kernels");
 	opus_ctx_free(c);
 	opus_qtype_init_cpu(true);
 	c = make_ctx(2, 16, 32, 256);
-	CHECK(c && run_chunked(c, toks, N, one, 1, ref), "reference kernels");
+	CHECK(c && unit_run_chunked(c, toks, N, one, 1, ref, n_vocab), "reference kernels");
 	opus_ctx_free(c);
 	opus_qtype_init_cpu(false);
 	for (int t = 0; t < N; t++)

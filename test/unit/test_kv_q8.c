@@ -36,6 +36,7 @@
 #include "qtype.h"
 #include "tokenizer.h"
 #include "unit.h"
+#include "unit_forward.h"
 
 #define TOL_DEQ 0.01
 #define TOL_EXACT 0.015
@@ -442,38 +443,6 @@ make_ctx(int threads, int bs, int64_t n_blocks, int max_batch, enum opus_kv_type
 	return c;
 }
 
-/* Run toks through a fresh sequence in chunks; all logits into out[n][n_vocab]. */
-static bool
-run_chunked(struct opus_ctx *c, const int32_t *toks, int n, const int *chunks,
-			int n_chunks, float *out)
-{
-	struct opus_seq s;
-	struct opus_error err = {0};
-	int			done = 0;
-	bool		ok = true;
-
-	opus_seq_init(&s);
-	for (int i = 0; done < n && ok; i++)
-	{
-		int			k = chunks[i % n_chunks];
-		struct opus_batch_item it;
-
-		if (k > n - done)
-			k = n - done;
-		it = (struct opus_batch_item)
-		{
-			.seq = &s,.tokens = toks + done,.n_tokens = k,
-				.logits = out + (size_t) done * n_vocab,.logits_all = true,
-		};
-		ok = opus_forward(c, &it, 1, &err) == OPUS_OK;
-		if (!ok)
-			fprintf(stderr, "forward: %s\n", err.msg);
-		done += k;
-	}
-	opus_seq_release(c, &s);
-	return ok;
-}
-
 static int32_t
 argmax(const float *x, int n)
 {
@@ -535,24 +504,24 @@ test_determinism(void)
 	if (!a || !b || !f || !c1 || !c2 || !cf)
 		goto out;
 	make_tokens(toks, N, 1);
-	CHECK(run_chunked(c1, toks, N, one, 1, a), "q8_0 forward, 1 thread");
-	CHECK(run_chunked(c2, toks, N, one, 1, b), "q8_0 forward, 2 threads");
+	CHECK(unit_run_chunked(c1, toks, N, one, 1, a, n_vocab), "q8_0 forward, 1 thread");
+	CHECK(unit_run_chunked(c2, toks, N, one, 1, b, n_vocab), "q8_0 forward, 2 threads");
 	CHECK(memcmp(a, b, sz) == 0, "q8_0: 1 and 2 threads bit-identical");
-	CHECK(run_chunked(c2, toks, N, uneven, 4, b), "q8_0 uneven chunks");
+	CHECK(unit_run_chunked(c2, toks, N, uneven, 4, b, n_vocab), "q8_0 uneven chunks");
 	CHECK(memcmp(a, b, sz) == 0, "q8_0: uneven chunks bit-identical");
-	CHECK(run_chunked(c1, toks, N, single, 1, b), "q8_0 token by token");
+	CHECK(unit_run_chunked(c1, toks, N, single, 1, b, n_vocab), "q8_0 token by token");
 	CHECK(memcmp(a, b, sz) == 0, "q8_0: token by token bit-identical");
 	for (int bs = 5; bs <= 40; bs += 35)
 	{
 		struct opus_ctx *cb = make_ctx(2, bs, 64, 64, OPUS_KV_Q8_0);
 
-		CHECK(cb && run_chunked(cb, toks, N, uneven, 4, b), "q8_0 block size %d", bs);
+		CHECK(cb && unit_run_chunked(cb, toks, N, uneven, 4, b, n_vocab), "q8_0 block size %d", bs);
 		CHECK(memcmp(a, b, sz) == 0, "q8_0: block size %d bit-identical", bs);
 		opus_ctx_free(cb);
 	}
 
 	/* against the F16 cache */
-	CHECK(run_chunked(cf, toks, N, one, 1, f), "f16 forward");
+	CHECK(unit_run_chunked(cf, toks, N, one, 1, f, n_vocab), "f16 forward");
 	for (int t = 0; t < N; t++)
 	{
 		const float *x = a + (size_t) t * n_vocab,
