@@ -59,6 +59,17 @@ static bool job_callbacks_registered = false;
 static void check_owner_member(Oid userid, Oid owner);
 
 /*
+ * Run as owner inside a security-restricted operation (see the top of the
+ * file), on top of the caller's security context sec_context.
+ */
+static inline void
+become_owner(Oid owner, int sec_context)
+{
+	SetUserIdAndSecContext(owner, sec_context | SECURITY_LOCAL_USERID_CHANGE |
+						   SECURITY_RESTRICTED_OPERATION);
+}
+
+/*
  * Find the next placeholder in s[pos..len): sets *start (at "{{"), *end
  * (after "}}") and the trimmed name.  False if there is none.
  */
@@ -284,8 +295,7 @@ opus_job_enter_owner(PG_FUNCTION_ARGS)
 	job_saved_userid = userid;
 	job_saved_sec_context = sec_context;
 	job_guc_nest_level = NewGUCNestLevel();
-	SetUserIdAndSecContext(owner, sec_context | SECURITY_LOCAL_USERID_CHANGE |
-						   SECURITY_RESTRICTED_OPERATION);
+	become_owner(owner, sec_context);
 	job_switched = true;
 	PG_RETURN_VOID();
 }
@@ -322,8 +332,7 @@ opus_job_execute_as(PG_FUNCTION_ARGS)
 	GetUserIdAndSecContext(&userid, &sec_context);
 	check_owner_member(userid, owner);
 	nest_level = NewGUCNestLevel();
-	SetUserIdAndSecContext(owner, sec_context | SECURITY_LOCAL_USERID_CHANGE |
-						   SECURITY_RESTRICTED_OPERATION);
+	become_owner(owner, sec_context);
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
 	ret = SPI_execute(sql, false, 0);
