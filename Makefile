@@ -8,10 +8,21 @@
 EXTENSION = opus_pg
 MODULE_big = opus_pg
 OBJS = $(patsubst %.c,%.o,$(sort $(wildcard src/pg/*.c)))
-# The install script is assembled from sql/install/NN_topic.sql (one file per
-# concern, concatenated in name order); 00_core.sql carries the \echo guard.
-DATA_built = build/opus_pg--0.1.0.sql
-PG_CPPFLAGS = -Isrc
+# Versions (docs/upgrade.md).  EXTVERSION is the control file's
+# default_version; the library is built with it (OPUS_PG_VERSION) and refuses
+# to run against another installed SQL version.  The install script of
+# EXTVERSION is assembled from sql/install/NN_topic.sql (one file per concern,
+# concatenated in name order; 00_core.sql carries the \echo guard).  Released
+# versions' install scripts are frozen in sql/released/ (never edited), and the
+# update script from each release to EXTVERSION is assembled from
+# sql/update/FROM--EXTVERSION/NN_topic.sql the same way (an empty folder gives
+# an update that changes nothing).
+EXTVERSION := $(shell sed -n "s/^default_version *= *'\([^']*\)'.*/\1/p" opus_pg.control)
+RELEASED_VERSIONS = 0.1.0
+DATA = $(foreach v,$(RELEASED_VERSIONS),sql/released/opus_pg--$(v).sql)
+DATA_built = build/opus_pg--$(EXTVERSION).sql \
+	$(foreach v,$(RELEASED_VERSIONS),build/opus_pg--$(v)--$(EXTVERSION).sql)
+PG_CPPFLAGS = -Isrc -DOPUS_PG_VERSION='"$(EXTVERSION)"'
 # Our own code builds warning-free; OPUS_PG_WERROR= turns -Werror off.
 OPUS_PG_WERROR ?= -Werror
 PG_CFLAGS = $(OPUS_PG_WERROR)
@@ -19,7 +30,7 @@ PG_CFLAGS = $(OPUS_PG_WERROR)
 # pg_regress suite (sql/<name>.sql, expected/<name>.out).  It needs a server
 # with opus_pg preloaded: run test/run_regress.sh (temporary instance), or
 # `make installcheck` against a running server configured that way.
-REGRESS = setup generate chat tokenize errors settings model stats experts async jobs security security_privileges security_limits
+REGRESS = setup generate chat tokenize errors settings model stats experts async jobs security security_privileges security_limits upgrade
 REGRESS_OPTS = --inputdir=.
 EXTRA_CLEAN = nopreload
 
@@ -32,6 +43,7 @@ include $(PGXS)
 # PGXS tracks no header dependencies: rebuild every object when a shared
 # header (the wire format, the extension's own headers) changes.
 $(OBJS): src/protocol.h $(wildcard src/pg/*.h)
+src/pg/opus_pg.o: opus_pg.control
 
 DEFAULT_MODEL_FILE = SmolLM2-135M-Instruct.Q4_1.gguf
 DEFAULT_MODEL = models/$(DEFAULT_MODEL_FILE)
@@ -41,9 +53,20 @@ include src/engine/engine.mk
 
 all: build/opus_engine
 
-build/opus_pg--0.1.0.sql: $(sort $(wildcard sql/install/*.sql))
+build/opus_pg--$(EXTVERSION).sql: $(sort $(wildcard sql/install/*.sql)) opus_pg.control
 	@mkdir -p build
-	cat $^ > $@
+	cat $(filter %.sql,$^) > $@
+
+# build/opus_pg--FROM--EXTVERSION.sql: the header (the \echo guard) and the
+# parts in sql/update/FROM--EXTVERSION/, in name order.
+.SECONDEXPANSION:
+build/opus_pg--%--$(EXTVERSION).sql: $$(sort $$(wildcard sql/update/$$*--$(EXTVERSION)/*.sql)) opus_pg.control
+	@mkdir -p build
+	test -d sql/update/$*--$(EXTVERSION)
+	{ printf -- '-- opus_pg update %s -> %s, assembled from sql/update/%s--%s/ (docs/upgrade.md).\n' \
+		$* $(EXTVERSION) $* $(EXTVERSION); \
+	  printf -- '\\echo Use "ALTER EXTENSION opus_pg UPDATE" to load this file. \\quit\n'; \
+	  for f in $(filter %.sql,$^); do cat "$$f"; done; } > $@
 
 .PHONY: model
 model: $(DEFAULT_MODEL)

@@ -208,10 +208,14 @@ FROM pg_proc AS p JOIN pg_depend AS d ON d.classid = 'pg_proc'::regclass AND d.o
      AND d.deptype = 'e' AND d.refobjid = (SELECT oid FROM pg_extension WHERE extname = 'opus_pg')
 WHERE p.prosecdef;
 
--- The script replaces nothing (CREATE OR REPLACE could take over an object
--- someone else made first) and qualifies the objects it creates.
-SELECT pg_read_file(setting || '/extension/opus_pg--0.1.0.sql') AS script
-FROM pg_config WHERE name = 'SHAREDIR' \gset
+-- The scripts (the install script of every version and every update
+-- script) replace nothing (CREATE OR REPLACE could take over an object
+-- someone else made first) and qualify the objects they create.
+SELECT count(*) AS scripts, string_agg(pg_read_file(d || '/' || f), E'\n' ORDER BY f) AS script
+FROM (SELECT setting || '/extension' AS d FROM pg_config WHERE name = 'SHAREDIR') AS s,
+     pg_ls_dir(d) AS f
+WHERE f LIKE 'opus\_pg--%.sql' \gset
+SELECT :scripts >= 3 AS install_and_update_scripts_read;
 SELECT :'script' ~* 'create\s+or\s+replace' AS has_create_or_replace;
 SELECT m[1] AS unqualified_create
 FROM regexp_matches(:'script', '(?:^|\n)\s*CREATE\s+(?:UNIQUE\s+)?(?:FUNCTION|PROCEDURE|VIEW|TABLE|TYPE|DOMAIN|OPERATOR|CAST|AGGREGATE|SEQUENCE)\s+(?!@extschema@\.)(\S+)', 'gi') AS m
@@ -330,7 +334,23 @@ BEGIN
         CREATE EXTENSION opus_pg;
     END IF;
 END $$;
-SELECT count(*) AS update_paths_run FROM upgrades_run;
+SELECT count(*) OPERATOR(pg_catalog.>) 0 AS update_paths_run FROM upgrades_run;
+
+-- Every function again, on the oldest version updated to the newest.
+DROP EXTENSION opus_pg CASCADE;
+SELECT pg_catalog.format('CREATE EXTENSION opus_pg VERSION %L', source)
+FROM pg_extension_update_paths('opus_pg') AS p
+WHERE path IS NOT NULL
+  AND target OPERATOR(pg_catalog.=) (SELECT default_version::text FROM pg_available_extensions WHERE name OPERATOR(pg_catalog.=) 'opus_pg')
+ORDER BY pg_catalog.string_to_array(source, '.')::integer[] LIMIT 1
+\gexec
+ALTER EXTENSION opus_pg UPDATE;
+SELECT extversion OPERATOR(pg_catalog.=) (SELECT default_version::text FROM pg_available_extensions
+                                          WHERE name OPERATOR(pg_catalog.=) 'opus_pg') AS updated
+FROM pg_extension WHERE extname OPERATOR(pg_catalog.=) 'opus_pg';
+SET search_path = early, pg_catalog, public;
+SELECT * FROM public.exercise();
+RESET search_path;
 
 SELECT what, who, count(*) FROM public.opus_trap GROUP BY 1, 2 ORDER BY 1, 2;
 

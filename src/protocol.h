@@ -48,6 +48,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 #define OPUS_PROTO_MAGIC		0x5355504FU /* "OPUS" read as little-endian u32 */
@@ -690,12 +691,21 @@ opus_proto_encode_hello(struct opus_proto_writer *w, const struct opus_proto_hel
 /*
  * Read the magic number and protocol version that open HELLO and READY, and
  * check both; on a mismatch set *why (bad_magic: the message's own wording)
- * and return false.
+ * and return false.  They are checked before the message's size, which
+ * another protocol version may change: a peer from another build gets
+ * OPUS_PROTO_VERSION_MISMATCH with its version in *version, and
+ * opus_proto_version_mismatch() words the error naming both versions.
+ * Every version keeps the header, the first 8 bytes of HELLO and READY, and
+ * FATAL as they are, so that this message always gets through.
  */
+#define OPUS_PROTO_VERSION_MISMATCH "protocol version mismatch"
+
 static inline bool
 opus_proto_r_magic_version(struct opus_proto_reader *r, const char *bad_magic,
 						   uint32_t *magic, uint32_t *version, const char **why)
 {
+	if (r->len < 8)
+		return true;			/* the caller's size check reports it */
 	*magic = opus_proto_r_u32(r);
 	*version = opus_proto_r_u32(r);
 	if (*magic != OPUS_PROTO_MAGIC)
@@ -705,10 +715,24 @@ opus_proto_r_magic_version(struct opus_proto_reader *r, const char *bad_magic,
 	}
 	if (*version != OPUS_PROTO_VERSION)
 	{
-		*why = "protocol version mismatch";
+		*why = OPUS_PROTO_VERSION_MISMATCH;
 		return false;
 	}
 	return true;
+}
+
+/*
+ * The error for a peer speaking protocol version peer_version: "protocol
+ * version mismatch: <peer> speaks version 5, <self> version 4 (...)".
+ */
+static inline void
+opus_proto_version_mismatch(char *buf, size_t size, const char *peer,
+							uint32_t peer_version, const char *self)
+{
+	snprintf(buf, size,
+			 OPUS_PROTO_VERSION_MISMATCH ": %s speaks protocol version %u, %s version %u "
+			 "(opus_engine and opus_pg.so come from different builds: install both from one release)",
+			 peer, (unsigned) peer_version, self, (unsigned) OPUS_PROTO_VERSION);
 }
 
 static inline bool
@@ -719,14 +743,14 @@ opus_proto_parse_hello(const uint8_t *buf, size_t len,
 
 	opus_proto_reader_init(&r, buf, len);
 	memset(m, 0, sizeof(*m));
+	if (!opus_proto_r_magic_version(&r, "HELLO has a bad magic number",
+									&m->magic, &m->version, why))
+		return false;
 	if (len != OPUS_PROTO_HELLO_SIZE)
 	{
 		*why = "HELLO has the wrong size";
 		return false;
 	}
-	if (!opus_proto_r_magic_version(&r, "HELLO has a bad magic number",
-									&m->magic, &m->version, why))
-		return false;
 	m->n_threads = (int32_t) opus_proto_r_u32(&r);
 	m->n_ctx = (int32_t) opus_proto_r_u32(&r);
 	m->kv_cache_bytes = (int64_t) opus_proto_r_u64(&r);
@@ -810,14 +834,14 @@ opus_proto_parse_ready(const uint8_t *buf, size_t len,
 
 	opus_proto_reader_init(&r, buf, len);
 	memset(m, 0, sizeof(*m));
+	if (!opus_proto_r_magic_version(&r, "READY has a bad magic number",
+									&m->magic, &m->version, why))
+		return false;
 	if (len != OPUS_PROTO_READY_SIZE)
 	{
 		*why = "READY has the wrong size";
 		return false;
 	}
-	if (!opus_proto_r_magic_version(&r, "READY has a bad magic number",
-									&m->magic, &m->version, why))
-		return false;
 	m->n_params = (int64_t) opus_proto_r_u64(&r);
 	m->n_ctx = (int32_t) opus_proto_r_u32(&r);
 	m->n_ctx_train = (int32_t) opus_proto_r_u32(&r);

@@ -1,6 +1,6 @@
 \echo Use "CREATE EXTENSION opus_pg" to load this file. \quit
 
--- opus_pg 0.1.0: LLM inference served by a supervised engine process.
+-- opus_pg: LLM inference served by a supervised engine process.
 -- Generation functions are VOLATILE (sampling, a model that can change on
 -- reload) and PARALLEL UNSAFE (a request holds a shared slot for its call).
 -- A NULL option means its default; see the README for ranges and SQLSTATEs.

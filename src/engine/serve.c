@@ -1144,6 +1144,14 @@ opus_cli_serve(int argc, char **argv)
 	if (h.type != OPUS_MSG_HELLO ||
 		!opus_proto_parse_hello(s.in.data + OPUS_PROTO_HEADER_SIZE, h.length, &hello, &why))
 	{
+		char		mismatch[OPUS_PROTO_MSG_LEN];
+
+		if (h.type == OPUS_MSG_HELLO && strcmp(why, OPUS_PROTO_VERSION_MISMATCH) == 0)
+		{
+			opus_proto_version_mismatch(mismatch, sizeof(mismatch), "opus_pg.so",
+										hello.version, "this opus_engine");
+			why = mismatch;
+		}
 		opus_error_set(&err, OPUS_ERR_PROTOCOL, "bad HELLO from the supervisor: %s",
 					   h.type != OPUS_MSG_HELLO ? "first frame is not HELLO" : why);
 		send_fatal(&s, &err);

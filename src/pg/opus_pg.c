@@ -9,6 +9,13 @@
  * it only defines the settings that may exist after start-up, so the
  * extension can be created, and every SQL function fails with 55000 and a
  * hint (OpusCheckPreloaded).
+ *
+ * The library is built for one version of the extension's SQL
+ * (OPUS_PG_VERSION, the control file's default_version): OpusCheckPreloaded
+ * also refuses, with 55000 naming both versions, to run under the SQL of
+ * another version (a server restarted with a new library before ALTER
+ * EXTENSION opus_pg UPDATE, or still running an old one after it); see
+ * docs/upgrade.md.
  */
 #include "postgres.h"
 
@@ -16,11 +23,19 @@
 #include <limits.h>
 #include <stdlib.h>
 
+#include "access/genam.h"
+#include "access/htup_details.h"
+#include "access/table.h"
+#include "catalog/pg_extension.h"
+#include "commands/dbcommands.h"
 #include "fmgr.h"
 #include "miscadmin.h"
 #include "storage/ipc.h"
 #include "storage/shmem.h"
+#include "utils/builtins.h"
+#include "utils/fmgroids.h"
 #include "utils/guc.h"
+#include "utils/rel.h"
 
 #include "opus_experts.h"
 #include "opus_pg.h"
@@ -300,6 +315,88 @@ _PG_init(void)
 	OpusRegisterLogger();
 }
 
+/*
+ * Compare two dotted version strings numerically ("0.10.0" > "0.9.1");
+ * anything that is not a number compares as 0.
+ */
+static int
+version_cmp(const char *a, const char *b)
+{
+	while (*a != '\0' || *b != '\0')
+	{
+		long		x = strtol(a, (char **) &a, 10);
+		long		y = strtol(b, (char **) &b, 10);
+
+		if (x != y)
+			return x < y ? -1 : 1;
+		while (*a != '\0' && *a != '.')
+			a++;
+		while (*b != '\0' && *b != '.')
+			b++;
+		if (*a == '.')
+			a++;
+		if (*b == '.')
+			b++;
+	}
+	return 0;
+}
+
+/*
+ * The version of opus_pg installed in the current database (palloc'd), or
+ * NULL if there is none (or it is being created or dropped).
+ */
+static char *
+installed_sql_version(void)
+{
+	Relation	rel;
+	ScanKeyData key;
+	SysScanDesc scan;
+	HeapTuple	tup;
+	char	   *version = NULL;
+
+	rel = table_open(ExtensionRelationId, AccessShareLock);
+	ScanKeyInit(&key, Anum_pg_extension_extname, BTEqualStrategyNumber, F_NAMEEQ,
+				CStringGetDatum("opus_pg"));
+	scan = systable_beginscan(rel, ExtensionNameIndexId, true, NULL, 1, &key);
+	tup = systable_getnext(scan);
+	if (HeapTupleIsValid(tup))
+	{
+		bool		isnull;
+		Datum		d = heap_getattr(tup, Anum_pg_extension_extversion,
+									 RelationGetDescr(rel), &isnull);
+
+		if (!isnull)
+			version = text_to_cstring(DatumGetTextPP(d));
+	}
+	systable_endscan(scan);
+	table_close(rel, AccessShareLock);
+	return version;
+}
+
+/*
+ * Refuse to run the SQL of another version than the library's: its
+ * functions may pass other arguments, expect other result columns or
+ * other tables.  One index lookup per call (no cache: ALTER EXTENSION
+ * UPDATE in this session must be seen at once).
+ */
+void
+OpusCheckSqlVersion(void)
+{
+	char	   *sql = installed_sql_version();
+	bool		sql_older;
+
+	if (sql == NULL || strcmp(sql, OPUS_PG_VERSION) == 0)
+		return;
+	sql_older = version_cmp(sql, OPUS_PG_VERSION) < 0;
+	ereport(ERROR,
+			(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+			 errmsg("opus_pg library version %s does not match the extension version %s installed in database \"%s\"",
+					OPUS_PG_VERSION, sql, get_database_name(MyDatabaseId)),
+			 sql_older ?
+			 errhint("Run ALTER EXTENSION opus_pg UPDATE in this database (see docs/upgrade.md).") :
+			 errhint("The server still runs an older opus_pg library: install opus_pg %s and restart the server (see docs/upgrade.md).", sql)));
+}
+
 void
 OpusCheckPreloaded(void)
 {
@@ -309,4 +406,5 @@ OpusCheckPreloaded(void)
 				 errmsg("opus_pg is not loaded through shared_preload_libraries"),
 				 errdetail("The inference engine is supervised by a background worker that only a preloaded library can start."),
 				 errhint("Add opus_pg to shared_preload_libraries and restart the server.")));
+	OpusCheckSqlVersion();
 }

@@ -46,6 +46,11 @@ extern bool opus_pg_preloaded;
 
 /* Raise 55000 unless preloaded and attached to shared memory. */
 extern void OpusCheckPreloaded(void);
+extern void OpusCheckSqlVersion(void);
+
+#ifndef OPUS_PG_VERSION
+#error "OPUS_PG_VERSION (the control file's default_version) comes from the Makefile"
+#endif
 
 /* ---- shared state (shmem.c) ---- */
 

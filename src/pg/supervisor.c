@@ -882,7 +882,15 @@ handle_engine_frame(const struct opus_proto_header *h, const uint8_t *p)
 				if (eng.ready)
 					return "READY received twice";
 				if (!opus_proto_parse_ready(p, h->length, &r, &why))
-					return why;
+				{
+					static char mismatch[OPUS_PROTO_MSG_LEN];
+
+					if (strcmp(why, OPUS_PROTO_VERSION_MISMATCH) != 0)
+						return why;
+					opus_proto_version_mismatch(mismatch, sizeof(mismatch), "opus_engine",
+												r.version, "opus_pg.so");
+					return mismatch;
+				}
 				eng.ready = true;
 				eng.ready_at = GetCurrentTimestamp();
 				SpinLockAcquire(&e->mutex);

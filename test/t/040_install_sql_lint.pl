@@ -1,6 +1,10 @@
 # 040_install_sql_lint.pl - static checks of the install script parts
-# (sql/install/*.sql), no server needed:
+# (sql/install/*.sql), the update script parts (sql/update/A--B/*.sql) and
+# the released install scripts (sql/released/*.sql), no server needed:
 #
+#  - a released install script is never changed (sql/released/SHA256SUMS);
+#  - an update script drops no table (a table holds data: change it with
+#    ALTER TABLE) and nothing with CASCADE;
 #  - nothing is CREATE OR REPLACE'd (an object someone else created first
 #    would be taken over) and every created object is @extschema@-qualified;
 #  - no SECURITY DEFINER function without SET search_path;
@@ -22,6 +26,23 @@ use Test::More;
 
 my @files = sort glob('sql/install/*.sql');
 ok(@files > 0, 'install script parts found') or BAIL_OUT('run from the repository root');
+my @update_files = sort glob('sql/update/*/*.sql');
+my @released = sort glob('sql/released/*.sql');
+ok(@released > 0, 'released install scripts found');
+push @files, @update_files, @released;
+
+# Released scripts are frozen: databases out there were made by them.
+{
+	open(my $fh, '<', 'sql/released/SHA256SUMS') or die "sql/released/SHA256SUMS: $!";
+	my %want = map { my ($h, $f) = split ' '; ($f => $h) } grep { /\S/ } <$fh>;
+	close $fh;
+	for my $f (@released)
+	{
+		(my $base = $f) =~ s{.*/}{};
+		my $got = (split ' ', `sha256sum '$f'`)[0];
+		is($got, $want{$base} // 'missing from SHA256SUMS', "$f is unchanged since its release");
+	}
+}
 
 # Blank comments and string literals (keeping line breaks), so positions and
 # line numbers survive.
@@ -147,6 +168,17 @@ sub check
 	$outer = strip($outer);
 	my $lineof = sub { my ($pos) = @_; return 1 + (() = substr($src, 0, $pos) =~ /\n/g); };
 
+	if ($f =~ m{(?:^|/)update/})
+	{
+		while ($outer =~ /\bDROP\s+TABLE\b/gi)
+		{
+			push @problems, "$f:" . $lineof->($-[0]) . ": DROP TABLE in an update script (tables hold data: ALTER them)";
+		}
+		while ($outer =~ /\bDROP\b[^;]*\bCASCADE\b/gi)
+		{
+			push @problems, "$f:" . $lineof->($-[0]) . ": DROP ... CASCADE in an update script (drop each dependent by name)";
+		}
+	}
 	while ($outer =~ /\bCREATE\s+OR\s+REPLACE\b/gi)
 	{
 		push @problems, "$f:" . $lineof->($-[0]) . ": CREATE OR REPLACE";
@@ -226,6 +258,20 @@ for my $w (@want)
 }
 is(scalar(@bad), scalar(@want), 'nothing else is reported in the planted script') or diag(join("\n", @bad));
 
+my $bad_update = <<'BAD';
+ALTER TABLE @extschema@.opus_job ADD COLUMN x integer;
+DROP TABLE @extschema@.opus_requests;
+DROP FUNCTION @extschema@.f(integer) CASCADE;
+CREATE OR REPLACE VIEW @extschema@.v AS SELECT 1;
+BAD
+my @bad_u = check('sql/update/0.1.0--0.2.0/99_bad.sql', $bad_update);
+my @want_u = (qr/:2: DROP TABLE in an update script/, qr/:3: DROP \.\.\. CASCADE/, qr/:4: CREATE OR REPLACE/);
+for my $w (@want_u)
+{
+	ok((grep { $_ =~ $w } @bad_u), "a planted update mistake is found: $w") or diag(join("\n", @bad_u));
+}
+is(scalar(@bad_u), scalar(@want_u), 'nothing else is reported in the planted update script') or diag(join("\n", @bad_u));
+
 my @problems;
 for my $f (@files)
 {
@@ -236,7 +282,7 @@ for my $f (@files)
 	push @problems, check($f, $src);
 }
 
-is(scalar(@problems), 0, 'install script: qualified, nothing replaced, operators schema-qualified in function bodies')
+is(scalar(@problems), 0, 'install and update scripts: qualified, nothing replaced, operators schema-qualified in function bodies')
   or diag(join("\n", @problems));
 
 done_testing();

@@ -107,6 +107,20 @@ test_hello_ready(void)
 	opus_proto_put_u32(buf + 4, OPUS_PROTO_VERSION + 1);
 	CHECK(!opus_proto_parse_hello(buf, w.len, &h2, &why) &&
 		  strstr(why, "version") != NULL, "version mismatch rejected: %s", why);
+	/* another version's HELLO may have another size: still a version mismatch */
+	CHECK(!opus_proto_parse_hello(buf, w.len - 4, &h2, &why) &&
+		  strcmp(why, OPUS_PROTO_VERSION_MISMATCH) == 0 && h2.version == OPUS_PROTO_VERSION + 1,
+		  "a shorter HELLO of another version is a version mismatch: %s", why);
+	{
+		char		msg[OPUS_PROTO_MSG_LEN];
+		char		want[128];
+
+		opus_proto_version_mismatch(msg, sizeof(msg), "opus_pg.so", h2.version, "this opus_engine");
+		snprintf(want, sizeof(want), "opus_pg.so speaks protocol version %u, this opus_engine version %u",
+				 (unsigned) OPUS_PROTO_VERSION + 1, (unsigned) OPUS_PROTO_VERSION);
+		CHECK(strstr(msg, want) != NULL && strlen(msg) < sizeof(msg) - 1,
+			  "the mismatch error names both versions: %s", msg);
+	}
 	opus_proto_put_u32(buf + 4, OPUS_PROTO_VERSION);
 	opus_proto_put_u32(buf, 0xdeadbeef);
 	CHECK(!opus_proto_parse_hello(buf, w.len, &h2, &why), "bad magic rejected");

@@ -1,0 +1,1800 @@
+\echo Use "CREATE EXTENSION opus_pg" to load this file. \quit
+
+-- opus_pg 0.1.0: LLM inference served by a supervised engine process.
+-- Generation functions are VOLATILE (sampling, a model that can change on
+-- reload) and PARALLEL UNSAFE (a request holds a shared slot for its call).
+-- A NULL option means its default; see the README for ranges and SQLSTATEs.
+
+CREATE FUNCTION @extschema@.opus_generate(
+    prompt text,
+    max_tokens integer DEFAULT NULL,
+    temperature double precision DEFAULT 1.0,
+    top_p double precision DEFAULT 1.0,
+    top_k integer DEFAULT 0,
+    min_p double precision DEFAULT 0.0,
+    presence_penalty double precision DEFAULT 0.0,
+    frequency_penalty double precision DEFAULT 0.0,
+    repetition_penalty double precision DEFAULT 1.0,
+    seed bigint DEFAULT NULL,
+    stop text[] DEFAULT NULL)
+RETURNS text
+AS 'MODULE_PATHNAME', 'opus_generate'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.opus_generate(text, integer, double precision, double precision, integer, double precision, double precision, double precision, double precision, bigint, text[])
+IS 'complete a prompt with the served model; max_tokens NULL means opus.default_max_tokens, seed NULL means random';
+
+CREATE FUNCTION @extschema@.opus_chat(
+    messages jsonb,
+    max_tokens integer DEFAULT NULL,
+    temperature double precision DEFAULT 1.0,
+    top_p double precision DEFAULT 1.0,
+    top_k integer DEFAULT 0,
+    min_p double precision DEFAULT 0.0,
+    presence_penalty double precision DEFAULT 0.0,
+    frequency_penalty double precision DEFAULT 0.0,
+    repetition_penalty double precision DEFAULT 1.0,
+    seed bigint DEFAULT NULL,
+    stop text[] DEFAULT NULL)
+RETURNS text
+AS 'MODULE_PATHNAME', 'opus_chat'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.opus_chat(jsonb, integer, double precision, double precision, integer, double precision, double precision, double precision, double precision, bigint, text[])
+IS 'answer OpenAI-style chat messages ([{"role": ..., "content": ...}]) with the model''s chat template';
+
+CREATE FUNCTION @extschema@.opus_completion(
+    prompt text,
+    max_tokens integer DEFAULT NULL,
+    temperature double precision DEFAULT 1.0,
+    top_p double precision DEFAULT 1.0,
+    top_k integer DEFAULT 0,
+    min_p double precision DEFAULT 0.0,
+    presence_penalty double precision DEFAULT 0.0,
+    frequency_penalty double precision DEFAULT 0.0,
+    repetition_penalty double precision DEFAULT 1.0,
+    seed bigint DEFAULT NULL,
+    stop text[] DEFAULT NULL)
+RETURNS jsonb
+AS 'MODULE_PATHNAME', 'opus_completion'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.opus_completion(text, integer, double precision, double precision, integer, double precision, double precision, double precision, double precision, bigint, text[])
+IS 'like opus_generate, returning an OpenAI text_completion object with finish_reason, usage and timings';
+
+CREATE FUNCTION @extschema@.opus_chat_completion(
+    messages jsonb,
+    max_tokens integer DEFAULT NULL,
+    temperature double precision DEFAULT 1.0,
+    top_p double precision DEFAULT 1.0,
+    top_k integer DEFAULT 0,
+    min_p double precision DEFAULT 0.0,
+    presence_penalty double precision DEFAULT 0.0,
+    frequency_penalty double precision DEFAULT 0.0,
+    repetition_penalty double precision DEFAULT 1.0,
+    seed bigint DEFAULT NULL,
+    stop text[] DEFAULT NULL)
+RETURNS jsonb
+AS 'MODULE_PATHNAME', 'opus_chat_completion'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.opus_chat_completion(jsonb, integer, double precision, double precision, integer, double precision, double precision, double precision, double precision, bigint, text[])
+IS 'like opus_chat, returning an OpenAI chat.completion object with finish_reason, usage and timings';
+
+CREATE FUNCTION @extschema@.opus_tokenize(input text)
+RETURNS integer[]
+AS 'MODULE_PATHNAME', 'opus_tokenize'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.opus_tokenize(text)
+IS 'token ids of a text under the served model''s tokenizer (special tokens added as the model says, special text not parsed)';
+
+CREATE FUNCTION @extschema@.opus_detokenize(tokens integer[])
+RETURNS text
+AS 'MODULE_PATHNAME', 'opus_detokenize'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.opus_detokenize(integer[])
+IS 'text of token ids under the served model''s tokenizer (special tokens render as nothing)';
+
+CREATE FUNCTION @extschema@.opus_model_info(
+    OUT name text,
+    OUT architecture text,
+    OUT parameters bigint,
+    OUT tensor_type text,
+    OUT context_length integer,
+    OUT vocab_size integer,
+    OUT n_layer integer,
+    OUT n_embd integer,
+    OUT path text)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'opus_model_info'
+LANGUAGE C VOLATILE PARALLEL RESTRICTED;
+
+COMMENT ON FUNCTION @extschema@.opus_model_info()
+IS 'the model the engine has loaded (waits for the engine to be ready)';
+
+CREATE VIEW @extschema@.opus_model AS
+    SELECT * FROM @extschema@.opus_model_info();
+
+COMMENT ON VIEW @extschema@.opus_model IS 'the model the engine has loaded';
+
+-- Readable by everyone, like the function under it (and pg_stat_opus_engine).
+GRANT SELECT ON @extschema@.opus_model TO PUBLIC;
+
+CREATE FUNCTION @extschema@.opus_engine_status(
+    OUT state text,
+    OUT supervisor_pid integer,
+    OUT engine_pid integer,
+    OUT starts bigint,
+    OUT restarts bigint,
+    OUT started_at timestamp with time zone,
+    OUT ready_at timestamp with time zone,
+    OUT model_path text,
+    OUT last_error text,
+    OUT last_exit text,
+    OUT busy_slots integer,
+    OUT engine_requests integer,
+    OUT max_requests integer,
+    OUT tokens_generated bigint)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'opus_engine_status'
+LANGUAGE C VOLATILE PARALLEL RESTRICTED;
+
+COMMENT ON FUNCTION @extschema@.opus_engine_status()
+IS 'the engine process as the supervisor sees it: state, pids, restarts, last error, request slots in use';
+
+CREATE VIEW @extschema@.opus_engine AS
+    SELECT * FROM @extschema@.opus_engine_status();
+
+COMMENT ON VIEW @extschema@.opus_engine IS 'the engine process as the supervisor sees it';
+
+GRANT SELECT ON @extschema@.opus_engine TO PUBLIC;
+
+CREATE FUNCTION @extschema@.opus_last_request(
+    OUT kind text,
+    OUT finish_reason text,
+    OUT prompt_tokens integer,
+    OUT completion_tokens integer,
+    OUT cached_tokens integer,
+    OUT queue_ms double precision,
+    OUT ttft_ms double precision,
+    OUT engine_ms double precision,
+    OUT total_ms double precision)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'opus_last_request'
+LANGUAGE C VOLATILE PARALLEL RESTRICTED;
+
+COMMENT ON FUNCTION @extschema@.opus_last_request()
+IS 'usage and timings of this session''s last successful request: engine_ms is the engine''s own time, total_ms the backend''s (slot claim to result)';
+-- Observability (src/pg/stats.c, stats_views.c, reqlog.c): statistics views
+-- over shared-memory counters, latency histograms and the request log.
+--
+-- Every view is a thin SELECT * over a set-returning C function whose name
+-- carries an API version (opus_stat_v1, ...); a later release adds columns
+-- in a _v2 function and its upgrade script re-points the view.  The
+-- statistics are readable by everyone; prompts of other users are shown as
+-- '<insufficient privilege>' unless the reader has pg_read_all_stats.
+-- Times are in milliseconds.
+
+-- pg_stat_opus ----------------------------------------------------------
+
+CREATE FUNCTION @extschema@.opus_stat_v1(
+    OUT userid oid,
+    OUT dbid oid,
+    OUT model text,
+    OUT calls bigint,
+    OUT errors bigint,
+    OUT cancellations bigint,
+    OUT rejections bigint,
+    OUT prompt_tokens bigint,
+    OUT completion_tokens bigint,
+    OUT cached_tokens bigint,
+    OUT total_time double precision,
+    OUT min_time double precision,
+    OUT max_time double precision,
+    OUT mean_time double precision,
+    OUT stddev_time double precision,
+    OUT mean_queue_time double precision,
+    OUT mean_time_to_first_token double precision,
+    OUT mean_time_per_output_token double precision)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'opus_stat_v1'
+LANGUAGE C VOLATILE PARALLEL RESTRICTED;
+
+COMMENT ON FUNCTION @extschema@.opus_stat_v1()
+IS 'generation statistics per user, database and model (API version 1 of pg_stat_opus)';
+
+CREATE VIEW @extschema@.pg_stat_opus AS
+    SELECT * FROM @extschema@.opus_stat_v1();
+
+GRANT SELECT ON @extschema@.pg_stat_opus TO PUBLIC;
+
+COMMENT ON VIEW @extschema@.pg_stat_opus
+IS 'generation requests per user, database and model: completed calls, errors, cancellations, rejections, tokens and times (ms, end to end, of completed calls)';
+
+-- pg_stat_opus_activity ---------------------------------------------------
+
+CREATE FUNCTION @extschema@.opus_stat_activity_v1(
+    OUT pid integer,
+    OUT userid oid,
+    OUT dbid oid,
+    OUT request_id bigint,
+    OUT kind text,
+    OUT state text,
+    OUT priority integer,
+    OUT submitted_at timestamp with time zone,
+    OUT started_at timestamp with time zone,
+    OUT prompt_tokens integer,
+    OUT completion_tokens integer,
+    OUT max_tokens integer,
+    OUT kv_blocks integer,
+    OUT prompt text)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'opus_stat_activity_v1'
+LANGUAGE C VOLATILE PARALLEL RESTRICTED;
+
+COMMENT ON FUNCTION @extschema@.opus_stat_activity_v1()
+IS 'one row per queued or running request (API version 1 of pg_stat_opus_activity)';
+
+CREATE VIEW @extschema@.pg_stat_opus_activity AS
+    SELECT * FROM @extschema@.opus_stat_activity_v1();
+
+GRANT SELECT ON @extschema@.pg_stat_opus_activity TO PUBLIC;
+
+COMMENT ON VIEW @extschema@.pg_stat_opus_activity
+IS 'requests queued or running: state queued, prefill or decode, tokens so far, KV blocks held, and the prompt (the first 1 kB; hidden unless it is your own or you have pg_read_all_stats)';
+
+-- pg_stat_opus_engine -----------------------------------------------------
+
+CREATE FUNCTION @extschema@.opus_stat_engine_v1(
+    OUT engine_pid integer,
+    OUT state text,
+    OUT model text,
+    OUT device text,
+    OUT threads integer,
+    OUT started_at timestamp with time zone,
+    OUT ready_at timestamp with time zone,
+    OUT uptime_seconds double precision,
+    OUT starts bigint,
+    OUT restarts bigint,
+    OUT last_error text,
+    OUT last_exit text,
+    OUT steps bigint,
+    OUT batch_size integer,
+    OUT mean_batch_size double precision,
+    OUT tokens_per_sec_10s double precision,
+    OUT tokens_per_sec_1m double precision,
+    OUT prompt_tokens_per_sec_10s double precision,
+    OUT prompt_tokens_per_sec_1m double precision,
+    OUT generated_tokens bigint,
+    OUT prompt_tokens bigint,
+    OUT kv_blocks_total bigint,
+    OUT kv_blocks_used bigint,
+    OUT kv_blocks_cached bigint,
+    OUT prefix_hit_tokens bigint,
+    OUT prefix_query_tokens bigint,
+    OUT preemptions bigint,
+    OUT queue_depth integer,
+    OUT running integer,
+    OUT busy_slots integer,
+    OUT max_requests integer,
+    OUT memory_rss bigint,
+    OUT log_written bigint,
+    OUT log_dropped bigint,
+    OUT log_pending bigint,
+    OUT stat_entries bigint,
+    OUT stat_evictions bigint,
+    OUT stats_reset timestamp with time zone)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'opus_stat_engine_v1'
+LANGUAGE C VOLATILE PARALLEL RESTRICTED;
+
+COMMENT ON FUNCTION @extschema@.opus_stat_engine_v1()
+IS 'the engine, its scheduler and KV cache, throughput, and the request log queue (API version 1 of pg_stat_opus_engine)';
+
+CREATE VIEW @extschema@.pg_stat_opus_engine AS
+    SELECT * FROM @extschema@.opus_stat_engine_v1();
+
+GRANT SELECT ON @extschema@.pg_stat_opus_engine TO PUBLIC;
+
+COMMENT ON VIEW @extschema@.pg_stat_opus_engine
+IS 'one row: the engine process, batch and KV cache, prefix cache, tokens per second over 10 s and 1 min, queue depth, memory, request log counters';
+
+-- latency histograms ------------------------------------------------------
+
+CREATE FUNCTION @extschema@.opus_stat_latency_v1(
+    OUT histogram text,
+    OUT count bigint,
+    OUT sum_ms double precision,
+    OUT mean_ms double precision,
+    OUT max_ms double precision,
+    OUT p50_ms double precision,
+    OUT p95_ms double precision,
+    OUT p99_ms double precision)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'opus_stat_latency_v1'
+LANGUAGE C VOLATILE PARALLEL RESTRICTED;
+
+COMMENT ON FUNCTION @extschema@.opus_stat_latency_v1()
+IS 'latency summaries from the fixed-bucket histograms; percentiles interpolated linearly inside their bucket (API version 1 of pg_stat_opus_latency)';
+
+CREATE VIEW @extschema@.pg_stat_opus_latency AS
+    SELECT * FROM @extschema@.opus_stat_latency_v1();
+
+GRANT SELECT ON @extschema@.pg_stat_opus_latency TO PUBLIC;
+
+COMMENT ON VIEW @extschema@.pg_stat_opus_latency
+IS 'queue, time_to_first_token, inter_token_latency and end_to_end latency of completed generation requests: count, mean, max, p50, p95, p99 (ms)';
+
+CREATE FUNCTION @extschema@.opus_stat_latency_buckets_v1(
+    OUT histogram text,
+    OUT le_ms double precision,
+    OUT count bigint)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'opus_stat_latency_buckets_v1'
+LANGUAGE C VOLATILE PARALLEL RESTRICTED;
+
+COMMENT ON FUNCTION @extschema@.opus_stat_latency_buckets_v1()
+IS 'the latency histograms'' buckets: cumulative count of observations <= le_ms, Prometheus style (API version 1 of pg_stat_opus_latency_buckets)';
+
+CREATE VIEW @extschema@.pg_stat_opus_latency_buckets AS
+    SELECT * FROM @extschema@.opus_stat_latency_buckets_v1();
+
+GRANT SELECT ON @extschema@.pg_stat_opus_latency_buckets TO PUBLIC;
+
+COMMENT ON VIEW @extschema@.pg_stat_opus_latency_buckets
+IS 'cumulative latency histogram buckets (le_ms = Infinity is the total), for Prometheus';
+
+-- reset ---------------------------------------------------------------------
+
+CREATE FUNCTION @extschema@.pg_stat_opus_reset()
+RETURNS timestamp with time zone
+AS 'MODULE_PATHNAME', 'opus_stat_reset'
+LANGUAGE C VOLATILE PARALLEL RESTRICTED;
+
+COMMENT ON FUNCTION @extschema@.pg_stat_opus_reset()
+IS 'discard pg_stat_opus entries and the latency histograms; returns the reset time';
+
+REVOKE ALL ON FUNCTION @extschema@.pg_stat_opus_reset() FROM PUBLIC;
+
+-- the request log -----------------------------------------------------------
+--
+-- Written by the "opus_pg logger" background worker in the database named
+-- by opus.database (default postgres); there it records generation requests
+-- of every database on the server.  Rows of requests still running have
+-- status 'running'; those a crash or restart interrupted are marked
+-- 'interrupted' when the logger starts.  Rows older than opus.log_retention
+-- are deleted.  Each user sees only their own rows (row-level security)
+-- unless they have pg_read_all_stats.
+
+CREATE TABLE @extschema@.opus_requests (
+    id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    request_id bigint NOT NULL,
+    userid oid NOT NULL,
+    dbid oid NOT NULL,
+    backend_pid integer,
+    model text,
+    kind text NOT NULL CHECK (kind IN ('generate', 'chat')),
+    params jsonb NOT NULL,
+    status text NOT NULL
+        CHECK (status IN ('running', 'completed', 'error', 'cancelled', 'failed', 'interrupted')),
+    finish_reason text CHECK (finish_reason IN ('stop', 'length', 'cancelled', 'error')),
+    prompt_tokens integer,
+    completion_tokens integer,
+    cached_tokens integer,
+    error text,
+    submitted_at timestamp with time zone NOT NULL,
+    started_at timestamp with time zone,
+    first_token_at timestamp with time zone,
+    finished_at timestamp with time zone
+);
+
+CREATE INDEX opus_requests_submitted_at ON @extschema@.opus_requests (submitted_at);
+CREATE INDEX opus_requests_running ON @extschema@.opus_requests (request_id)
+    WHERE status = 'running';
+
+COMMENT ON TABLE @extschema@.opus_requests
+IS 'the request log: one row per generation request (opus.log_requests, opus.log_sample_rate), written by the opus_pg logger in database opus.database; each user sees their own rows unless they have pg_read_all_stats';
+
+ALTER TABLE @extschema@.opus_requests ENABLE ROW LEVEL SECURITY;
+
+CREATE POLICY opus_requests_own ON @extschema@.opus_requests
+    FOR SELECT
+    USING (pg_catalog.pg_has_role(CURRENT_USER, userid, 'USAGE')
+           OR pg_catalog.pg_has_role(CURRENT_USER, 'pg_read_all_stats', 'USAGE'));
+
+GRANT SELECT ON @extschema@.opus_requests TO PUBLIC;
+
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.opus_requests', '');
+-- Asynchronous requests and set-based generation (src/pg/async.c).
+--
+-- opus_submit returns a request id at once; the request runs in the engine
+-- while the session does other work, or ends.  Its result is kept until a
+-- session of the same role reads it (opus_result), cancels it (opus_cancel),
+-- or opus.async_retention passes.  At most opus.max_async_requests request
+-- slots hold asynchronous requests, so synchronous calls are never starved.
+
+CREATE FUNCTION @extschema@.opus_submit(
+    prompt text,
+    max_tokens integer DEFAULT NULL,
+    temperature double precision DEFAULT 1.0,
+    top_p double precision DEFAULT 1.0,
+    top_k integer DEFAULT 0,
+    min_p double precision DEFAULT 0.0,
+    presence_penalty double precision DEFAULT 0.0,
+    frequency_penalty double precision DEFAULT 0.0,
+    repetition_penalty double precision DEFAULT 1.0,
+    seed bigint DEFAULT NULL,
+    stop text[] DEFAULT NULL,
+    detached boolean DEFAULT true)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'opus_submit'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.opus_submit(text, integer, double precision, double precision, integer, double precision, double precision, double precision, double precision, bigint, text[], boolean)
+IS 'queue a completion of prompt and return its request id at once; detached => false cancels it if the session ends or a transaction of the session aborts before the result is read';
+
+CREATE FUNCTION @extschema@.opus_submit_chat(
+    messages jsonb,
+    max_tokens integer DEFAULT NULL,
+    temperature double precision DEFAULT 1.0,
+    top_p double precision DEFAULT 1.0,
+    top_k integer DEFAULT 0,
+    min_p double precision DEFAULT 0.0,
+    presence_penalty double precision DEFAULT 0.0,
+    frequency_penalty double precision DEFAULT 0.0,
+    repetition_penalty double precision DEFAULT 1.0,
+    seed bigint DEFAULT NULL,
+    stop text[] DEFAULT NULL,
+    detached boolean DEFAULT true)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'opus_submit_chat'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.opus_submit_chat(jsonb, integer, double precision, double precision, integer, double precision, double precision, double precision, double precision, bigint, text[], boolean)
+IS 'queue an answer to OpenAI-style chat messages and return its request id at once';
+
+CREATE FUNCTION @extschema@.opus_result(
+    id bigint,
+    wait boolean DEFAULT true,
+    timeout interval DEFAULT NULL)
+RETURNS text
+AS 'MODULE_PATHNAME', 'opus_result'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.opus_result(bigint, boolean, interval)
+IS 'the text of an asynchronous request, which is then forgotten; raises the request''s error; NULL if it has not finished (wait false, or timeout passed)';
+
+CREATE FUNCTION @extschema@.opus_result_completion(
+    id bigint,
+    wait boolean DEFAULT true,
+    timeout interval DEFAULT NULL)
+RETURNS jsonb
+AS 'MODULE_PATHNAME', 'opus_result_completion'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.opus_result_completion(bigint, boolean, interval)
+IS 'like opus_result, returning the OpenAI completion object (finish_reason, usage, timings)';
+
+CREATE FUNCTION @extschema@.opus_cancel(id bigint)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'opus_cancel'
+LANGUAGE C VOLATILE STRICT PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.opus_cancel(bigint)
+IS 'stop a queued or running asynchronous request, or drop its unread result; false if no such request exists';
+
+CREATE FUNCTION @extschema@.opus_wait(
+    ids bigint[],
+    timeout interval DEFAULT NULL)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'opus_wait'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.opus_wait(bigint[], interval)
+IS 'the first of ids that has finished (or no longer exists), waiting for one; NULL if none within timeout';
+
+CREATE FUNCTION @extschema@.opus_async_requests(
+    OUT id bigint,
+    OUT state text,
+    OUT kind text,
+    OUT usename text,
+    OUT pid integer,
+    OUT submitted_at timestamp with time zone,
+    OUT finished_at timestamp with time zone,
+    OUT expires_at timestamp with time zone)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'opus_async_requests'
+LANGUAGE C VOLATILE PARALLEL RESTRICTED;
+
+COMMENT ON FUNCTION @extschema@.opus_async_requests()
+IS 'asynchronous requests the caller may use (its own role''s): queued, running, or finished and waiting to be read';
+
+CREATE VIEW @extschema@.opus_async AS
+    SELECT * FROM @extschema@.opus_async_requests();
+
+COMMENT ON VIEW @extschema@.opus_async IS 'asynchronous requests the caller may use, with their state and when an unread result expires';
+
+GRANT SELECT ON @extschema@.opus_async TO PUBLIC;
+
+CREATE FUNCTION @extschema@.opus_generate_many(
+    prompts text[],
+    max_tokens integer DEFAULT NULL,
+    temperature double precision DEFAULT 1.0,
+    top_p double precision DEFAULT 1.0,
+    top_k integer DEFAULT 0,
+    min_p double precision DEFAULT 0.0,
+    presence_penalty double precision DEFAULT 0.0,
+    frequency_penalty double precision DEFAULT 0.0,
+    repetition_penalty double precision DEFAULT 1.0,
+    seed bigint DEFAULT NULL,
+    stop text[] DEFAULT NULL,
+    "window" integer DEFAULT NULL)
+RETURNS TABLE(ordinal integer, output text, finish_reason text,
+              prompt_tokens integer, completion_tokens integer)
+AS 'MODULE_PATHNAME', 'opus_generate_many'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.opus_generate_many(text[], integer, double precision, double precision, integer, double precision, double precision, double precision, double precision, bigint, text[], integer)
+IS 'complete every prompt, keeping "window" requests in flight so the engine batches them (NULL: up to 16); one row per prompt, in input order; any failure raises and cancels the rest';
+
+CREATE FUNCTION @extschema@.opus_chat_many(
+    conversations jsonb[],
+    max_tokens integer DEFAULT NULL,
+    temperature double precision DEFAULT 1.0,
+    top_p double precision DEFAULT 1.0,
+    top_k integer DEFAULT 0,
+    min_p double precision DEFAULT 0.0,
+    presence_penalty double precision DEFAULT 0.0,
+    frequency_penalty double precision DEFAULT 0.0,
+    repetition_penalty double precision DEFAULT 1.0,
+    seed bigint DEFAULT NULL,
+    stop text[] DEFAULT NULL,
+    "window" integer DEFAULT NULL)
+RETURNS TABLE(ordinal integer, output text, finish_reason text,
+              prompt_tokens integer, completion_tokens integer)
+AS 'MODULE_PATHNAME', 'opus_chat_many'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.opus_chat_many(jsonb[], integer, double precision, double precision, integer, double precision, double precision, double precision, double precision, bigint, text[], integer)
+IS 'answer every conversation (each an OpenAI-style messages array) like opus_generate_many';
+
+-- The keyed form: items is a JSON array of {"key": any, "prompt": text}, as
+-- jsonb_agg(jsonb_build_object('key', id, 'prompt', body)) makes from a query.
+CREATE FUNCTION @extschema@.opus_generate_keyed(
+    items jsonb,
+    max_tokens integer DEFAULT NULL,
+    temperature double precision DEFAULT 1.0,
+    top_p double precision DEFAULT 1.0,
+    top_k integer DEFAULT 0,
+    min_p double precision DEFAULT 0.0,
+    presence_penalty double precision DEFAULT 0.0,
+    frequency_penalty double precision DEFAULT 0.0,
+    repetition_penalty double precision DEFAULT 1.0,
+    seed bigint DEFAULT NULL,
+    stop text[] DEFAULT NULL,
+    "window" integer DEFAULT NULL)
+RETURNS TABLE(key jsonb, output text, finish_reason text,
+              prompt_tokens integer, completion_tokens integer)
+LANGUAGE sql VOLATILE PARALLEL UNSAFE
+AS $$
+    SELECT items OPERATOR(pg_catalog.->) (g.ordinal OPERATOR(pg_catalog.-) 1) OPERATOR(pg_catalog.->) 'key',
+           g.output, g.finish_reason, g.prompt_tokens, g.completion_tokens
+    FROM @extschema@.opus_generate_many(
+        ARRAY(SELECT e.value OPERATOR(pg_catalog.->>) 'prompt'
+              FROM pg_catalog.jsonb_array_elements(items) WITH ORDINALITY AS e(value, n)
+              ORDER BY e.n),
+        max_tokens, temperature, top_p, top_k, min_p, presence_penalty,
+        frequency_penalty, repetition_penalty, seed, stop, "window") AS g
+    ORDER BY g.ordinal
+$$;
+
+COMMENT ON FUNCTION @extschema@.opus_generate_keyed(jsonb, integer, double precision, double precision, integer, double precision, double precision, double precision, double precision, bigint, text[], integer)
+IS 'opus_generate_many over a JSON array of {"key": ..., "prompt": ...}; returns each item''s key with its output, in input order';
+-- Batch jobs: run the model over every row of a table or query, resumably,
+-- in committed chunks, with retries, progress and pg_cron scheduling.
+--
+--   opus_job_create  define a job (source, key columns, prompt, target)
+--   opus_job_run     PROCEDURE: process the rows not yet done; safe to
+--                    interrupt and rerun at any time; one run per job at a
+--                    time (a second run returns at once)
+--   opus_job_alter / opus_job_reset / opus_job_drop
+--   opus_job_progress  one row per job, in the style of pg_stat_progress_*
+--
+-- How a run keeps "exactly one result per source row": the job's work list
+-- (opus_job_item, one row per distinct source key) is filled from the
+-- source at the start of every run with the keys it does not have yet.  A
+-- result is written to the target in the same transaction that marks its
+-- item done, and only done items are never taken again; a run that dies
+-- loses at most its uncommitted chunk, whose items are still pending.  A
+-- per-job advisory lock, taken at the start of each of the run's
+-- transactions, keeps a second run (say, pg_cron starting one while the last
+-- still works) from taking the same items; it goes with the session or the
+-- server, so an interrupted run never leaves it behind.
+--
+-- Security (modelled on pg_cron): a job belongs to the role that created it
+-- and always runs with that role's privileges: a member of the owner role
+-- (or a superuser) running it switches to the owner in every transaction of
+-- the run, inside a security-restricted operation (opus_job_enter_owner,
+-- src/pg/jobs.c), so the owner's SQL cannot SET ROLE back to the runner or
+-- leave settings behind, and the commit or an error switches back.  The job tables have row-level security: a role sees and changes
+-- only jobs of roles it is a member of; pg_read_all_stats may see all.
+-- Identifiers are quoted with format('%I'), stored names are re-parsed,
+-- templates only copy values (opus_render), and every operator in static
+-- and generated SQL is schema-qualified.
+
+-- The work list, run log and definitions ------------------------------------
+
+CREATE TABLE @extschema@.opus_job (
+    id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    name text NOT NULL,
+    owner regrole NOT NULL,
+    source text,                -- a table or view, as a quoted (qualified) name
+    source_query text,          -- or a query
+    key_columns text[] NOT NULL,
+    prompt_template text,       -- {{column}} placeholders (opus_render)
+    prompt_expression text,     -- or an SQL expression over the source row
+    target_table text NOT NULL, -- quoted, qualified name
+    target_column text NOT NULL,
+    options jsonb NOT NULL DEFAULT '{}',
+    concurrency integer NOT NULL DEFAULT 16
+        CHECK (concurrency OPERATOR(pg_catalog.>=) 1 AND concurrency OPERATOR(pg_catalog.<=) 10000),
+    max_attempts integer NOT NULL DEFAULT 3
+        CHECK (max_attempts OPERATOR(pg_catalog.>=) 1),
+    retry_backoff interval NOT NULL DEFAULT '1 second',
+    commit_every integer NOT NULL DEFAULT 64
+        CHECK (commit_every OPERATOR(pg_catalog.>=) 1),
+    created_at timestamp with time zone NOT NULL DEFAULT pg_catalog.now(),
+    UNIQUE (owner, name),
+    UNIQUE (id, owner),         -- for the work list's and run log's foreign keys
+    CHECK (pg_catalog.num_nonnulls(source, source_query) OPERATOR(pg_catalog.=) 1),
+    CHECK (pg_catalog.num_nonnulls(prompt_template, prompt_expression) OPERATOR(pg_catalog.=) 1)
+);
+
+COMMENT ON TABLE @extschema@.opus_job IS 'batch job definitions (opus_job_create); row-level security shows each role its own jobs';
+
+CREATE TABLE @extschema@.opus_job_item (
+    job_id bigint NOT NULL,
+    item_id bigint GENERATED ALWAYS AS IDENTITY,
+    owner regrole NOT NULL,
+    key jsonb NOT NULL,         -- the source row's key columns
+    prompt text,                -- rendered when the row was taken; NULL once done
+    state text NOT NULL DEFAULT 'pending'
+        CHECK (state OPERATOR(pg_catalog.=) ANY (ARRAY['pending', 'done', 'failed'])),
+    attempts integer NOT NULL DEFAULT 0,
+    next_attempt_at timestamp with time zone,
+    last_sqlstate text,
+    last_error text,
+    finish_reason text,
+    prompt_tokens integer,
+    completion_tokens integer,
+    cached_tokens integer,
+    finished_at timestamp with time zone,
+    PRIMARY KEY (job_id, item_id),
+    UNIQUE (job_id, key),
+    -- (job, owner) must be the job's: row-level security checks the owner
+    -- column, and a foreign key check does not see through it.
+    FOREIGN KEY (job_id, owner) REFERENCES @extschema@.opus_job (id, owner)
+        ON DELETE CASCADE ON UPDATE CASCADE
+);
+
+CREATE INDEX opus_job_item_pending ON @extschema@.opus_job_item (job_id, item_id)
+    WHERE state OPERATOR(pg_catalog.=) 'pending';
+
+COMMENT ON TABLE @extschema@.opus_job_item IS 'one row per source row of a job: pending, done (its result is in the target) or failed (after max_attempts, or at once for errors retrying cannot fix)';
+
+CREATE TABLE @extschema@.opus_job_run (
+    id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    job_id bigint NOT NULL,
+    owner regrole NOT NULL,
+    pid integer NOT NULL,
+    run_by regrole NOT NULL,
+    status text NOT NULL DEFAULT 'running'
+        CHECK (status OPERATOR(pg_catalog.=) ANY (ARRAY['running', 'finished', 'interrupted', 'failed'])),
+    phase text NOT NULL DEFAULT 'initializing',
+    started_at timestamp with time zone NOT NULL DEFAULT pg_catalog.clock_timestamp(),
+    generating_since timestamp with time zone,
+    updated_at timestamp with time zone NOT NULL DEFAULT pg_catalog.clock_timestamp(),
+    ended_at timestamp with time zone,
+    rows_total bigint NOT NULL DEFAULT 0,        -- items of the job when the run started
+    rows_done_before bigint NOT NULL DEFAULT 0,  -- of which done already
+    rows_failed_before bigint NOT NULL DEFAULT 0,
+    rows_added bigint NOT NULL DEFAULT 0,        -- new source rows this run took in
+    rows_done bigint NOT NULL DEFAULT 0,         -- results written by this run
+    rows_failed bigint NOT NULL DEFAULT 0,       -- rows that failed for good in this run
+    rows_retried bigint NOT NULL DEFAULT 0,      -- failed attempts that will be retried
+    prompt_tokens bigint NOT NULL DEFAULT 0,
+    completion_tokens bigint NOT NULL DEFAULT 0,
+    cached_tokens bigint NOT NULL DEFAULT 0,
+    last_error text,
+    last_error_at timestamp with time zone,
+    FOREIGN KEY (job_id, owner) REFERENCES @extschema@.opus_job (id, owner)
+        ON DELETE CASCADE ON UPDATE CASCADE
+);
+
+CREATE INDEX opus_job_run_job ON @extschema@.opus_job_run (job_id, id);
+
+COMMENT ON TABLE @extschema@.opus_job_run IS 'one row per run of a job (opus_job_run), updated at every committed chunk';
+
+ALTER TABLE @extschema@.opus_job ENABLE ROW LEVEL SECURITY;
+ALTER TABLE @extschema@.opus_job_item ENABLE ROW LEVEL SECURITY;
+ALTER TABLE @extschema@.opus_job_run ENABLE ROW LEVEL SECURITY;
+
+CREATE POLICY opus_job_member ON @extschema@.opus_job
+    USING (pg_catalog.pg_has_role(owner, 'MEMBER'))
+    WITH CHECK (pg_catalog.pg_has_role(owner, 'MEMBER'));
+CREATE POLICY opus_job_read_all_stats ON @extschema@.opus_job FOR SELECT
+    USING (pg_catalog.pg_has_role('pg_read_all_stats', 'USAGE'));
+CREATE POLICY opus_job_item_member ON @extschema@.opus_job_item
+    USING (pg_catalog.pg_has_role(owner, 'MEMBER'))
+    WITH CHECK (pg_catalog.pg_has_role(owner, 'MEMBER'));
+CREATE POLICY opus_job_item_read_all_stats ON @extschema@.opus_job_item FOR SELECT
+    USING (pg_catalog.pg_has_role('pg_read_all_stats', 'USAGE'));
+CREATE POLICY opus_job_run_member ON @extschema@.opus_job_run
+    USING (pg_catalog.pg_has_role(owner, 'MEMBER'))
+    WITH CHECK (pg_catalog.pg_has_role(owner, 'MEMBER'));
+CREATE POLICY opus_job_run_read_all_stats ON @extschema@.opus_job_run FOR SELECT
+    USING (pg_catalog.pg_has_role('pg_read_all_stats', 'USAGE'));
+
+GRANT SELECT, INSERT, UPDATE, DELETE ON @extschema@.opus_job, @extschema@.opus_job_item,
+    @extschema@.opus_job_run TO PUBLIC;
+
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.opus_job', '');
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.opus_job_item', '');
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.opus_job_run', '');
+
+-- Templates ------------------------------------------------------------------
+
+CREATE FUNCTION @extschema@.opus_render(template text, vars jsonb)
+RETURNS text
+AS 'MODULE_PATHNAME', 'opus_render'
+LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+
+COMMENT ON FUNCTION @extschema@.opus_render(text, jsonb)
+IS 'template with every {{name}} replaced by vars->>name (NULL as empty); values are copied, never interpreted';
+
+CREATE FUNCTION @extschema@.opus_template_columns(template text)
+RETURNS text[]
+AS 'MODULE_PATHNAME', 'opus_template_columns'
+LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+
+COMMENT ON FUNCTION @extschema@.opus_template_columns(text)
+IS 'the names of a template''s {{name}} placeholders';
+
+-- Internal helpers ------------------------------------------------------------
+
+CREATE FUNCTION @extschema@.opus_job_check_not_in_block()
+RETURNS void
+AS 'MODULE_PATHNAME', 'opus_job_check_not_in_block'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.opus_job_check_not_in_block()
+IS 'internal: raise 25001 inside an explicit transaction block, where opus_job_run cannot commit';
+
+-- The advisory lock of a job's runs: (classid, objid) = ('opus', job id).
+CREATE FUNCTION @extschema@.opus_job_lock_space()
+RETURNS integer
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$ SELECT 1869641075 $$;   -- 'opus' as a little-endian int4
+
+COMMENT ON FUNCTION @extschema@.opus_job_lock_space()
+IS 'internal: the first key of the advisory lock a running job holds (the second is the job id)';
+
+CREATE FUNCTION @extschema@.opus_job_enter_owner(owner regrole)
+RETURNS void
+LANGUAGE c VOLATILE STRICT PARALLEL UNSAFE
+AS 'MODULE_PATHNAME', 'opus_job_enter_owner';
+
+COMMENT ON FUNCTION @extschema@.opus_job_enter_owner(regrole)
+IS 'internal: run the rest of this transaction as the job owner, inside a security-restricted operation (no SET ROLE back, settings changed by the owner''s code undone at commit)';
+
+CREATE FUNCTION @extschema@.opus_job_execute_as(owner regrole, sql text)
+RETURNS void
+LANGUAGE c VOLATILE STRICT PARALLEL UNSAFE
+AS 'MODULE_PATHNAME', 'opus_job_execute_as';
+
+COMMENT ON FUNCTION @extschema@.opus_job_execute_as(regrole, text)
+IS 'internal: run one statement as the job owner inside a security-restricted operation';
+
+-- Start a transaction of a run of job j: switch to the owner for this
+-- transaction (opus_job_enter_owner: the owner's privileges inside a
+-- security-restricted operation, switched back at the commit or by an
+-- error) and take the job's transaction-level advisory lock.  False if
+-- another run holds the lock.  Called after every COMMIT of opus_job_run.
+CREATE FUNCTION @extschema@.opus_job_begin(j @extschema@.opus_job)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+AS $$
+BEGIN
+    PERFORM @extschema@.opus_job_enter_owner(j.owner);
+    RETURN pg_catalog.pg_try_advisory_xact_lock(@extschema@.opus_job_lock_space(), j.id::integer);
+END
+$$;
+
+COMMENT ON FUNCTION @extschema@.opus_job_begin(@extschema@.opus_job)
+IS 'internal: switch to the job owner''s role for this transaction and take the job''s run lock; false if another run has it';
+
+-- A job by name: the caller's own, else the one job of that name the caller
+-- can see (a privileged role).  Raises 42704 / 42725 (ambiguous).
+CREATE FUNCTION @extschema@.opus_job_find(job_name text)
+RETURNS @extschema@.opus_job
+LANGUAGE plpgsql STABLE PARALLEL SAFE
+AS $$
+DECLARE
+    j @extschema@.opus_job;
+    n bigint;
+BEGIN
+    SELECT * INTO j FROM @extschema@.opus_job AS o
+    WHERE o.name OPERATOR(pg_catalog.=) job_name
+      AND o.owner::pg_catalog.oid OPERATOR(pg_catalog.=)
+          (SELECT r.oid FROM pg_catalog.pg_roles AS r WHERE r.rolname OPERATOR(pg_catalog.=) CURRENT_USER);
+    IF FOUND THEN
+        RETURN j;
+    END IF;
+    SELECT pg_catalog.count(*) INTO n FROM @extschema@.opus_job AS o
+    WHERE o.name OPERATOR(pg_catalog.=) job_name;
+    IF n OPERATOR(pg_catalog.=) 0 THEN
+        RAISE EXCEPTION 'opus job "%" does not exist', job_name
+            USING ERRCODE = 'undefined_object';
+    ELSIF n OPERATOR(pg_catalog.>) 1 THEN
+        RAISE EXCEPTION 'opus job name "%" is ambiguous', job_name
+            USING ERRCODE = 'ambiguous_function',
+                  DETAIL = pg_catalog.format('%s roles have a job of that name.', n),
+                  HINT = 'SET ROLE to the job''s owner first.';
+    END IF;
+    SELECT * INTO j FROM @extschema@.opus_job AS o WHERE o.name OPERATOR(pg_catalog.=) job_name;
+    RETURN j;
+END
+$$;
+
+COMMENT ON FUNCTION @extschema@.opus_job_find(text)
+IS 'internal: the job of that name the caller owns, or the only one it can see';
+
+-- Raise 42501 unless the caller may run or change job j (is a member of its owner).
+CREATE FUNCTION @extschema@.opus_job_check_owner(j @extschema@.opus_job, action text)
+RETURNS void
+LANGUAGE plpgsql STABLE PARALLEL SAFE
+AS $$
+BEGIN
+    IF NOT pg_catalog.pg_has_role(j.owner, 'MEMBER') THEN
+        RAISE EXCEPTION 'permission denied to % opus job "%"', action, j.name
+            USING ERRCODE = 'insufficient_privilege',
+                  DETAIL = pg_catalog.format('The job belongs to role %s.', j.owner);
+    END IF;
+END
+$$;
+
+COMMENT ON FUNCTION @extschema@.opus_job_check_owner(@extschema@.opus_job, text)
+IS 'internal: raise 42501 unless the caller is a member of the job''s owner role';
+
+-- A stored relation name, parsed and re-quoted ("schema"."name").
+CREATE FUNCTION @extschema@.opus_quote_relname(name text)
+RETURNS text
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+AS $$
+    SELECT pg_catalog.string_agg(pg_catalog.quote_ident(p.part), '.' ORDER BY p.n)
+    FROM pg_catalog.unnest(pg_catalog.parse_ident(name)) WITH ORDINALITY AS p(part, n)
+$$;
+
+COMMENT ON FUNCTION @extschema@.opus_quote_relname(text)
+IS 'internal: a relation name as SQL text (possibly qualified, possibly quoted), re-quoted part by part';
+
+-- pg_catalog.jsonb_build_object('k1', alias."k1", ...) for key columns.
+CREATE FUNCTION @extschema@.opus_job_key_sql(key_columns text[], alias text)
+RETURNS text
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+AS $$
+    SELECT 'pg_catalog.jsonb_build_object('
+        OPERATOR(pg_catalog.||) pg_catalog.string_agg(pg_catalog.format('%L, %I.%I', c.col, alias, c.col), ', ' ORDER BY c.n)
+        OPERATOR(pg_catalog.||) ')'
+    FROM pg_catalog.unnest(key_columns) WITH ORDINALITY AS c(col, n)
+$$;
+
+COMMENT ON FUNCTION @extschema@.opus_job_key_sql(text[], text)
+IS 'internal: the SQL expression that builds a row''s key as jsonb';
+
+-- "a.k1 = b.k1 AND a.k2 = b.k2" for key columns.
+CREATE FUNCTION @extschema@.opus_job_key_match_sql(key_columns text[], a text, b text)
+RETURNS text
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+AS $$
+    SELECT pg_catalog.string_agg(pg_catalog.format('%I.%I OPERATOR(pg_catalog.=) %I.%I', a, c.col, b, c.col),
+                                 ' AND ' ORDER BY c.n)
+    FROM pg_catalog.unnest(key_columns) WITH ORDINALITY AS c(col, n)
+$$;
+
+COMMENT ON FUNCTION @extschema@.opus_job_key_match_sql(text[], text, text)
+IS 'internal: the SQL condition that two aliases have the same key';
+
+-- The source as a FROM item: a relation name, or the query in parentheses.
+CREATE FUNCTION @extschema@.opus_job_source_sql(j @extschema@.opus_job)
+RETURNS text
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$
+    SELECT CASE WHEN j.source IS NOT NULL
+                THEN @extschema@.opus_quote_relname(j.source)
+                ELSE '(' OPERATOR(pg_catalog.||) j.source_query OPERATOR(pg_catalog.||) E'\n)' END
+$$;
+
+COMMENT ON FUNCTION @extschema@.opus_job_source_sql(@extschema@.opus_job)
+IS 'internal: the job''s source as an SQL FROM item';
+
+-- Columns (name, SQL type) of a relation, or of a query's result.
+CREATE FUNCTION @extschema@.opus_job_columns(rel text, query text)
+RETURNS TABLE(name text, type text)
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+AS $$
+DECLARE
+    relid pg_catalog.oid;
+BEGIN
+    IF rel IS NOT NULL THEN
+        relid := pg_catalog.to_regclass(rel);
+    ELSE
+        -- A temporary view describes the query's columns (and checks it).
+        EXECUTE 'CREATE TEMPORARY VIEW opus_job_probe AS SELECT * FROM (' OPERATOR(pg_catalog.||)
+                query OPERATOR(pg_catalog.||) E'\n) AS s';
+        relid := 'pg_temp.opus_job_probe'::pg_catalog.regclass;
+    END IF;
+    RETURN QUERY
+        SELECT a.attname::text, pg_catalog.format_type(a.atttypid, a.atttypmod)
+        FROM pg_catalog.pg_attribute AS a
+        WHERE a.attrelid OPERATOR(pg_catalog.=) relid
+          AND a.attnum OPERATOR(pg_catalog.>) 0 AND NOT a.attisdropped
+        ORDER BY a.attnum;
+    IF rel IS NULL THEN
+        DROP VIEW pg_temp.opus_job_probe;
+    END IF;
+END
+$$;
+
+COMMENT ON FUNCTION @extschema@.opus_job_columns(text, text)
+IS 'internal: the columns and types of a relation, or of a query''s result';
+
+-- The keys a job's options may have.
+CREATE FUNCTION @extschema@.opus_job_check_options(options jsonb)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+AS $$
+DECLARE
+    k text;
+BEGIN
+    IF options IS NULL OR pg_catalog.jsonb_typeof(options) OPERATOR(pg_catalog.<>) 'object' THEN
+        RAISE EXCEPTION 'job options must be a JSON object' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    FOR k IN SELECT pg_catalog.jsonb_object_keys(options) LOOP
+        IF NOT k OPERATOR(pg_catalog.=) ANY (ARRAY['max_tokens', 'temperature', 'top_p', 'top_k', 'min_p',
+                'presence_penalty', 'frequency_penalty', 'repetition_penalty', 'seed', 'stop',
+                'system', 'chat']) THEN
+            RAISE EXCEPTION 'unknown job option "%"', k
+                USING ERRCODE = 'invalid_parameter_value',
+                      HINT = 'Options are the arguments of opus_generate (max_tokens, temperature, top_p, top_k, min_p, presence_penalty, frequency_penalty, repetition_penalty, seed, stop), plus "system" (a system message: the rows are sent as chat) and "chat" (true: send rows as chat).';
+        END IF;
+    END LOOP;
+END
+$$;
+
+COMMENT ON FUNCTION @extschema@.opus_job_check_options(jsonb)
+IS 'internal: raise 22023 for an option key a job does not know';
+
+-- Submit one prompt with a job's options; returns the request id.  The
+-- request is attached to the session (detached => false): an interrupted
+-- run leaves nothing running.
+CREATE FUNCTION @extschema@.opus_job_submit(prompt text, options jsonb)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+AS $$
+DECLARE
+    stop text[];
+BEGIN
+    IF options OPERATOR(pg_catalog.?) 'stop' THEN
+        stop := ARRAY(SELECT pg_catalog.jsonb_array_elements_text(options OPERATOR(pg_catalog.->) 'stop'));
+    END IF;
+    IF options OPERATOR(pg_catalog.?) 'system' OR
+       COALESCE((options OPERATOR(pg_catalog.->>) 'chat')::boolean, false) THEN
+        RETURN @extschema@.opus_submit_chat(
+            CASE WHEN options OPERATOR(pg_catalog.?) 'system'
+                 THEN pg_catalog.jsonb_build_array(
+                          pg_catalog.jsonb_build_object('role', 'system', 'content', options OPERATOR(pg_catalog.->>) 'system'),
+                          pg_catalog.jsonb_build_object('role', 'user', 'content', prompt))
+                 ELSE pg_catalog.jsonb_build_array(
+                          pg_catalog.jsonb_build_object('role', 'user', 'content', prompt)) END,
+            max_tokens => (options OPERATOR(pg_catalog.->>) 'max_tokens')::integer,
+            temperature => (options OPERATOR(pg_catalog.->>) 'temperature')::double precision,
+            top_p => (options OPERATOR(pg_catalog.->>) 'top_p')::double precision,
+            top_k => (options OPERATOR(pg_catalog.->>) 'top_k')::integer,
+            min_p => (options OPERATOR(pg_catalog.->>) 'min_p')::double precision,
+            presence_penalty => (options OPERATOR(pg_catalog.->>) 'presence_penalty')::double precision,
+            frequency_penalty => (options OPERATOR(pg_catalog.->>) 'frequency_penalty')::double precision,
+            repetition_penalty => (options OPERATOR(pg_catalog.->>) 'repetition_penalty')::double precision,
+            seed => (options OPERATOR(pg_catalog.->>) 'seed')::bigint,
+            stop => stop,
+            detached => false);
+    END IF;
+    RETURN @extschema@.opus_submit(
+        prompt,
+        max_tokens => (options OPERATOR(pg_catalog.->>) 'max_tokens')::integer,
+        temperature => (options OPERATOR(pg_catalog.->>) 'temperature')::double precision,
+        top_p => (options OPERATOR(pg_catalog.->>) 'top_p')::double precision,
+        top_k => (options OPERATOR(pg_catalog.->>) 'top_k')::integer,
+        min_p => (options OPERATOR(pg_catalog.->>) 'min_p')::double precision,
+        presence_penalty => (options OPERATOR(pg_catalog.->>) 'presence_penalty')::double precision,
+        frequency_penalty => (options OPERATOR(pg_catalog.->>) 'frequency_penalty')::double precision,
+        repetition_penalty => (options OPERATOR(pg_catalog.->>) 'repetition_penalty')::double precision,
+        seed => (options OPERATOR(pg_catalog.->>) 'seed')::bigint,
+        stop => stop,
+        detached => false);
+END
+$$;
+
+COMMENT ON FUNCTION @extschema@.opus_job_submit(text, jsonb)
+IS 'internal: submit one prompt with a job''s options, attached to the session';
+
+-- Whether retrying cannot help an error: bad data or arguments (22), limits
+-- (54, prompt too long), unsupported (0A), and errors of the SQL itself (42,
+-- except 42704: a request that vanished).
+CREATE FUNCTION @extschema@.opus_job_error_is_permanent(sqlstate text)
+RETURNS boolean
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$
+    SELECT pg_catalog.left(sqlstate, 2) OPERATOR(pg_catalog.=) ANY (ARRAY['22', '54', '0A', '42', '23'])
+       AND sqlstate OPERATOR(pg_catalog.<>) '42704'
+$$;
+
+COMMENT ON FUNCTION @extschema@.opus_job_error_is_permanent(text)
+IS 'internal: true for SQLSTATEs a retry cannot fix (classes 22, 23, 42, 54, 0A)';
+
+-- Whether an error is the engine's rather than the row's (class 58: the
+-- engine died, cannot start, or its model is missing).  Such a failure does
+-- not use up one of the row's attempts.
+CREATE FUNCTION @extschema@.opus_job_error_is_system(sqlstate text)
+RETURNS boolean
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$
+    SELECT pg_catalog.left(sqlstate, 2) OPERATOR(pg_catalog.=) '58'
+$$;
+
+COMMENT ON FUNCTION @extschema@.opus_job_error_is_system(text)
+IS 'internal: true for SQLSTATEs of class 58 (the engine, not the row, failed)';
+
+-- Write results: the target rows (updated where the key exists, inserted
+-- where not) and the items marked done, in the caller's transaction.
+CREATE FUNCTION @extschema@.opus_job_write(
+    j @extschema@.opus_job,
+    items bigint[], keys jsonb[], outputs text[], finishes text[],
+    ptoks integer[], ctoks integer[], cached integer[])
+RETURNS void
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+AS $$
+DECLARE
+    target text := @extschema@.opus_quote_relname(j.target_table);
+    keys_r text;
+    keys_list text;
+BEGIN
+    SELECT pg_catalog.string_agg(pg_catalog.format('p.%I', c), ', '),
+           pg_catalog.string_agg(pg_catalog.format('%I', c), ', ')
+    INTO keys_r, keys_list
+    FROM pg_catalog.unnest(j.key_columns) AS c;
+    EXECUTE pg_catalog.format($w$
+        WITH r AS (
+            SELECT %3$s, x.output AS %2$I
+            FROM ROWS FROM (pg_catalog.unnest($1::jsonb[]), pg_catalog.unnest($2::text[])) AS x(key, output),
+                 LATERAL pg_catalog.jsonb_populate_record(NULL::%1$s, x.key) AS p
+        ), u AS (
+            UPDATE %1$s AS t SET %2$I = r.%2$I FROM r WHERE %5$s RETURNING %6$s
+        )
+        INSERT INTO %1$s (%4$s, %2$I)
+        SELECT %4$s, r.%2$I FROM r
+        WHERE NOT EXISTS (SELECT FROM u WHERE %7$s)$w$,
+        target, j.target_column, keys_r, keys_list,
+        @extschema@.opus_job_key_match_sql(j.key_columns, 't', 'r'),
+        (SELECT pg_catalog.string_agg(pg_catalog.format('t.%I', c), ', ') FROM pg_catalog.unnest(j.key_columns) AS c),
+        @extschema@.opus_job_key_match_sql(j.key_columns, 'u', 'r'))
+    USING keys, outputs;
+
+    UPDATE @extschema@.opus_job_item AS i
+    SET state = 'done', attempts = i.attempts OPERATOR(pg_catalog.+) 1, prompt = NULL,
+        finish_reason = x.finish_reason, prompt_tokens = x.prompt_tokens,
+        completion_tokens = x.completion_tokens, cached_tokens = x.cached_tokens,
+        finished_at = pg_catalog.clock_timestamp(), next_attempt_at = NULL,
+        last_sqlstate = NULL, last_error = NULL
+    FROM ROWS FROM (pg_catalog.unnest(items), pg_catalog.unnest(finishes), pg_catalog.unnest(ptoks),
+                    pg_catalog.unnest(ctoks), pg_catalog.unnest(cached))
+         AS x(item_id, finish_reason, prompt_tokens, completion_tokens, cached_tokens)
+    WHERE i.job_id OPERATOR(pg_catalog.=) j.id AND i.item_id OPERATOR(pg_catalog.=) x.item_id;
+END
+$$;
+
+COMMENT ON FUNCTION @extschema@.opus_job_write(@extschema@.opus_job, bigint[], jsonb[], text[], text[], integer[], integer[], integer[])
+IS 'internal: write a chunk of results to the target and mark their items done';
+
+-- Record failed attempts; returns how many items failed for good.  An
+-- engine failure (class 58) is retried without counting as an attempt.
+CREATE FUNCTION @extschema@.opus_job_fail(
+    j @extschema@.opus_job, item_ids bigint[], sqlstates text[], errors text[])
+RETURNS bigint
+LANGUAGE sql VOLATILE PARALLEL UNSAFE
+AS $$
+    WITH f AS (
+        UPDATE @extschema@.opus_job_item AS i
+        SET attempts = i.attempts OPERATOR(pg_catalog.+)
+                CASE WHEN @extschema@.opus_job_error_is_system(x.sqlstate) THEN 0 ELSE 1 END,
+            last_sqlstate = x.sqlstate, last_error = x.error,
+            state = CASE WHEN @extschema@.opus_job_error_is_system(x.sqlstate) THEN 'pending'
+                         WHEN @extschema@.opus_job_error_is_permanent(x.sqlstate)
+                           OR i.attempts OPERATOR(pg_catalog.+) 1 OPERATOR(pg_catalog.>=) j.max_attempts
+                         THEN 'failed' ELSE 'pending' END,
+            next_attempt_at = pg_catalog.clock_timestamp() OPERATOR(pg_catalog.+)
+                LEAST(j.retry_backoff OPERATOR(pg_catalog.*)
+                                 pg_catalog.power(2, LEAST(i.attempts, 20)),
+                                 '1 hour'::interval),
+            finished_at = pg_catalog.clock_timestamp()
+        FROM ROWS FROM (pg_catalog.unnest(item_ids), pg_catalog.unnest(sqlstates), pg_catalog.unnest(errors)) AS x(item_id, sqlstate, error)
+        WHERE i.job_id OPERATOR(pg_catalog.=) j.id AND i.item_id OPERATOR(pg_catalog.=) x.item_id
+        RETURNING i.state
+    )
+    SELECT pg_catalog.count(*) FROM f WHERE f.state OPERATOR(pg_catalog.=) 'failed'
+$$;
+
+COMMENT ON FUNCTION @extschema@.opus_job_fail(@extschema@.opus_job, bigint[], text[], text[])
+IS 'internal: record failed attempts (retried after retry_backoff doubling per attempt, up to max_attempts)';
+
+-- Defining, changing and dropping jobs ----------------------------------------
+
+CREATE FUNCTION @extschema@.opus_job_create(
+    name text,
+    source regclass DEFAULT NULL,
+    key_columns text[] DEFAULT NULL,
+    prompt_template text DEFAULT NULL,
+    target_table text DEFAULT NULL,
+    target_column text DEFAULT 'output',
+    options jsonb DEFAULT '{}',
+    concurrency integer DEFAULT 16,
+    source_query text DEFAULT NULL,
+    prompt_expression text DEFAULT NULL,
+    max_attempts integer DEFAULT 3,
+    retry_backoff interval DEFAULT '1 second',
+    commit_every integer DEFAULT 64)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+AS $$
+DECLARE
+    src_name text;
+    src_cols text[];
+    src_types text[];
+    tgt text;
+    tgt_cols text[];
+    tgt_types text[];
+    k text;
+    job_id bigint;
+BEGIN
+    IF name IS NULL OR name OPERATOR(pg_catalog.=) '' THEN
+        RAISE EXCEPTION 'job name must not be empty' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF pg_catalog.num_nonnulls(source, source_query) OPERATOR(pg_catalog.<>) 1 THEN
+        RAISE EXCEPTION 'give exactly one of source and source_query' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF pg_catalog.num_nonnulls(prompt_template, prompt_expression) OPERATOR(pg_catalog.<>) 1 THEN
+        RAISE EXCEPTION 'give exactly one of prompt_template and prompt_expression' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF key_columns IS NULL OR pg_catalog.cardinality(key_columns) OPERATOR(pg_catalog.=) 0 THEN
+        RAISE EXCEPTION 'key_columns must name at least one column' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF target_table IS NULL OR target_column IS NULL THEN
+        RAISE EXCEPTION 'target_table and target_column must be given' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF target_column OPERATOR(pg_catalog.=) ANY (key_columns) THEN
+        RAISE EXCEPTION 'target_column must not be a key column' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    PERFORM @extschema@.opus_job_check_options(options);
+    IF EXISTS (SELECT FROM @extschema@.opus_job AS o
+               WHERE o.name OPERATOR(pg_catalog.=) opus_job_create.name
+                 AND o.owner::pg_catalog.oid OPERATOR(pg_catalog.=)
+                     (SELECT r.oid FROM pg_catalog.pg_roles AS r WHERE r.rolname OPERATOR(pg_catalog.=) CURRENT_USER)) THEN
+        RAISE EXCEPTION 'opus job "%" already exists', opus_job_create.name USING ERRCODE = 'duplicate_object';
+    END IF;
+    IF concurrency IS NULL OR concurrency OPERATOR(pg_catalog.<) 1 OR concurrency OPERATOR(pg_catalog.>) 10000 THEN
+        RAISE EXCEPTION 'concurrency must be between 1 and 10000' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+
+    -- The source and its columns (checked as the caller, who owns the job).
+    IF source IS NOT NULL THEN
+        src_name := source::text;   -- regclass output is quoted and qualified as needed
+        IF NOT pg_catalog.has_table_privilege(source, 'SELECT') THEN
+            RAISE EXCEPTION 'permission denied for table %', src_name USING ERRCODE = 'insufficient_privilege';
+        END IF;
+    END IF;
+    SELECT pg_catalog.array_agg(c.name), pg_catalog.array_agg(c.type)
+    INTO src_cols, src_types
+    FROM @extschema@.opus_job_columns(src_name, source_query) AS c;
+    FOREACH k IN ARRAY key_columns LOOP
+        IF NOT k OPERATOR(pg_catalog.=) ANY (src_cols) THEN
+            RAISE EXCEPTION 'key column "%" is not a column of the source', k USING ERRCODE = 'undefined_column';
+        END IF;
+    END LOOP;
+    IF prompt_template IS NOT NULL THEN
+        FOREACH k IN ARRAY @extschema@.opus_template_columns(prompt_template) LOOP
+            IF NOT k OPERATOR(pg_catalog.=) ANY (src_cols) THEN
+                RAISE EXCEPTION 'prompt template refers to "%", which is not a column of the source', k
+                    USING ERRCODE = 'undefined_column',
+                          HINT = 'Placeholders are written {{column name}}, with the name as it is stored (no quotes).';
+            END IF;
+        END LOOP;
+    ELSE
+        -- Check the expression now (plans it, runs nothing).
+        EXECUTE pg_catalog.format('EXPLAIN SELECT (%s)::text FROM %s AS s', prompt_expression,
+            CASE WHEN source IS NOT NULL THEN src_name ELSE '(' OPERATOR(pg_catalog.||) source_query OPERATOR(pg_catalog.||) E'\n)' END);
+    END IF;
+
+    -- The target: created (keys + text column, primary key on the keys) if missing.
+    tgt := @extschema@.opus_quote_relname(target_table);
+    IF pg_catalog.to_regclass(tgt) IS NULL THEN
+        EXECUTE pg_catalog.format('CREATE TABLE %s (%s, %I text, PRIMARY KEY (%s))', tgt,
+            (SELECT pg_catalog.string_agg(pg_catalog.format('%I %s', k2, src_types[pg_catalog.array_position(src_cols, k2)]), ', ')
+             FROM pg_catalog.unnest(key_columns) AS k2),
+            target_column,
+            (SELECT pg_catalog.string_agg(pg_catalog.format('%I', k2), ', ') FROM pg_catalog.unnest(key_columns) AS k2));
+    ELSE
+        IF NOT EXISTS (SELECT FROM pg_catalog.pg_class AS c
+                       WHERE c.oid OPERATOR(pg_catalog.=) pg_catalog.to_regclass(tgt)
+                         AND c.relkind OPERATOR(pg_catalog.=) ANY (ARRAY['r', 'p']::"char"[])) THEN
+            RAISE EXCEPTION 'target % is not a table', tgt USING ERRCODE = 'wrong_object_type';
+        END IF;
+        SELECT pg_catalog.array_agg(c.name), pg_catalog.array_agg(c.type)
+        INTO tgt_cols, tgt_types
+        FROM @extschema@.opus_job_columns(tgt, NULL) AS c;
+        FOREACH k IN ARRAY key_columns LOOP
+            IF NOT k OPERATOR(pg_catalog.=) ANY (tgt_cols) THEN
+                RAISE EXCEPTION 'key column "%" is not a column of target %', k, tgt USING ERRCODE = 'undefined_column';
+            END IF;
+        END LOOP;
+        IF NOT target_column OPERATOR(pg_catalog.=) ANY (tgt_cols) THEN
+            RAISE EXCEPTION 'column "%" of target % does not exist', target_column, tgt USING ERRCODE = 'undefined_column';
+        END IF;
+        IF NOT pg_catalog.has_table_privilege(pg_catalog.to_regclass(tgt), 'INSERT, UPDATE') THEN
+            RAISE EXCEPTION 'permission denied for table %', tgt USING ERRCODE = 'insufficient_privilege';
+        END IF;
+    END IF;
+
+    INSERT INTO @extschema@.opus_job (name, owner, source, source_query, key_columns,
+        prompt_template, prompt_expression, target_table, target_column, options,
+        concurrency, max_attempts, retry_backoff, commit_every)
+    VALUES (opus_job_create.name, pg_catalog.quote_ident(CURRENT_USER)::regrole, src_name, source_query, key_columns,
+        prompt_template, prompt_expression, tgt, target_column, options,
+        concurrency, max_attempts, retry_backoff, commit_every)
+    RETURNING id INTO job_id;
+    RETURN job_id;
+END
+$$;
+
+COMMENT ON FUNCTION @extschema@.opus_job_create(text, regclass, text[], text, text, text, jsonb, integer, text, text, integer, interval, integer)
+IS 'define a batch job: run the model over every row of source (or source_query), writing target_table.target_column by key; the target is created if missing';
+
+CREATE FUNCTION @extschema@.opus_job_alter(
+    job_name text,
+    new_name text DEFAULT NULL,
+    prompt_template text DEFAULT NULL,
+    prompt_expression text DEFAULT NULL,
+    options jsonb DEFAULT NULL,
+    concurrency integer DEFAULT NULL,
+    max_attempts integer DEFAULT NULL,
+    retry_backoff interval DEFAULT NULL,
+    commit_every integer DEFAULT NULL)
+RETURNS void
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+AS $$
+DECLARE
+    j @extschema@.opus_job := @extschema@.opus_job_find(job_name);
+    k text;
+    cols text[];
+BEGIN
+    PERFORM @extschema@.opus_job_check_owner(j, 'alter');
+    IF options IS NOT NULL THEN
+        PERFORM @extschema@.opus_job_check_options(options);
+    END IF;
+    IF prompt_template IS NOT NULL AND prompt_expression IS NOT NULL THEN
+        RAISE EXCEPTION 'give at most one of prompt_template and prompt_expression' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF prompt_template IS NOT NULL THEN
+        SELECT pg_catalog.array_agg(c.name) INTO cols
+        FROM @extschema@.opus_job_columns(j.source, j.source_query) AS c;
+        FOREACH k IN ARRAY @extschema@.opus_template_columns(prompt_template) LOOP
+            IF NOT k OPERATOR(pg_catalog.=) ANY (cols) THEN
+                RAISE EXCEPTION 'prompt template refers to "%", which is not a column of the source', k
+                    USING ERRCODE = 'undefined_column';
+            END IF;
+        END LOOP;
+    ELSIF prompt_expression IS NOT NULL THEN
+        -- as the owner: planning may run the owner's (immutable) functions
+        PERFORM @extschema@.opus_job_execute_as(j.owner,
+            pg_catalog.format('EXPLAIN SELECT (%s)::text FROM %s AS s', prompt_expression,
+                              @extschema@.opus_job_source_sql(j)));
+    END IF;
+    IF NOT pg_catalog.pg_try_advisory_xact_lock(@extschema@.opus_job_lock_space(), j.id::integer) THEN
+        RAISE EXCEPTION 'opus job "%" is running', j.name USING ERRCODE = 'object_in_use';
+    END IF;
+    UPDATE @extschema@.opus_job AS o SET
+        name = COALESCE(new_name, o.name),
+        prompt_template = CASE WHEN opus_job_alter.prompt_expression IS NOT NULL THEN NULL
+                               ELSE COALESCE(opus_job_alter.prompt_template, o.prompt_template) END,
+        prompt_expression = CASE WHEN opus_job_alter.prompt_template IS NOT NULL THEN NULL
+                                 ELSE COALESCE(opus_job_alter.prompt_expression, o.prompt_expression) END,
+        options = COALESCE(opus_job_alter.options, o.options),
+        concurrency = COALESCE(opus_job_alter.concurrency, o.concurrency),
+        max_attempts = COALESCE(opus_job_alter.max_attempts, o.max_attempts),
+        retry_backoff = COALESCE(opus_job_alter.retry_backoff, o.retry_backoff),
+        commit_every = COALESCE(opus_job_alter.commit_every, o.commit_every)
+    WHERE o.id OPERATOR(pg_catalog.=) j.id;
+    -- Rows not done yet were rendered with the old prompt: take them afresh.
+    IF prompt_template IS NOT NULL OR prompt_expression IS NOT NULL THEN
+        DELETE FROM @extschema@.opus_job_item AS i
+        WHERE i.job_id OPERATOR(pg_catalog.=) j.id AND i.state OPERATOR(pg_catalog.<>) 'done';
+    END IF;
+END
+$$;
+
+COMMENT ON FUNCTION @extschema@.opus_job_alter(text, text, text, text, jsonb, integer, integer, interval, integer)
+IS 'change a job (NULL: unchanged); a new prompt applies to every row not done yet, failed rows included';
+
+CREATE FUNCTION @extschema@.opus_job_reset(job_name text, failed_only boolean DEFAULT true)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+AS $$
+DECLARE
+    j @extschema@.opus_job := @extschema@.opus_job_find(job_name);
+    n bigint;
+BEGIN
+    PERFORM @extschema@.opus_job_check_owner(j, 'reset');
+    IF failed_only THEN
+        UPDATE @extschema@.opus_job_item AS i
+        SET state = 'pending', attempts = 0, next_attempt_at = NULL
+        WHERE i.job_id OPERATOR(pg_catalog.=) j.id AND i.state OPERATOR(pg_catalog.=) 'failed';
+    ELSE
+        DELETE FROM @extschema@.opus_job_item AS i WHERE i.job_id OPERATOR(pg_catalog.=) j.id;
+    END IF;
+    GET DIAGNOSTICS n = ROW_COUNT;
+    RETURN n;
+END
+$$;
+
+COMMENT ON FUNCTION @extschema@.opus_job_reset(text, boolean)
+IS 'give failed rows a new set of attempts (failed_only), or forget every row so the next run does all again (its results are then written over)';
+
+CREATE FUNCTION @extschema@.opus_job_drop(job_name text, drop_target boolean DEFAULT false)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+AS $$
+DECLARE
+    j @extschema@.opus_job := @extschema@.opus_job_find(job_name);
+BEGIN
+    PERFORM @extschema@.opus_job_check_owner(j, 'drop');
+    IF NOT pg_catalog.pg_try_advisory_xact_lock(@extschema@.opus_job_lock_space(), j.id::integer) THEN
+        RAISE EXCEPTION 'opus job "%" is running', j.name USING ERRCODE = 'object_in_use';
+    END IF;
+    DELETE FROM @extschema@.opus_job AS o WHERE o.id OPERATOR(pg_catalog.=) j.id;
+    IF drop_target THEN
+        -- as the owner: only a table the owner may drop (the stored name is
+        -- the owner's to edit, so a member or superuser must not drop
+        -- whatever it names with their own rights)
+        PERFORM @extschema@.opus_job_execute_as(j.owner,
+            pg_catalog.format('DROP TABLE IF EXISTS %s', @extschema@.opus_quote_relname(j.target_table)));
+    END IF;
+    RETURN true;
+END
+$$;
+
+COMMENT ON FUNCTION @extschema@.opus_job_drop(text, boolean)
+IS 'drop a job with its work list and run log (and its target table if drop_target)';
+
+-- Running ---------------------------------------------------------------------
+
+CREATE PROCEDURE @extschema@.opus_job_run(job_name text, max_rows bigint DEFAULT NULL)
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    j @extschema@.opus_job;
+    caller text := CURRENT_USER;
+    lost boolean := false;
+    run_id bigint;
+    src text;
+    prompt_sql text;
+    n bigint;
+    -- in flight: request ids and their items
+    req_ids bigint[] := '{}';
+    req_items bigint[] := '{}';
+    req_keys jsonb[] := '{}';
+    -- finished, not yet written
+    ok_items bigint[] := '{}';
+    ok_keys jsonb[] := '{}';
+    ok_outputs text[] := '{}';
+    ok_finish text[] := '{}';
+    ok_ptok integer[] := '{}';
+    ok_ctok integer[] := '{}';
+    ok_cached integer[] := '{}';
+    bad_items bigint[] := '{}';
+    bad_states text[] := '{}';
+    bad_errors text[] := '{}';
+    it record;
+    rid bigint;
+    pos integer;
+    res jsonb;
+    need integer;
+    taken bigint := 0;
+    slots_full boolean;
+    last_flush timestamp with time zone := pg_catalog.clock_timestamp();
+    next_retry timestamp with time zone;
+    n_failed bigint;
+    st text;
+    msg text;
+    engine_errors integer := 0;     -- engine failures since the last success
+BEGIN
+    j := @extschema@.opus_job_find(job_name);
+    PERFORM @extschema@.opus_job_check_owner(j, 'run');
+    PERFORM FROM @extschema@.opus_engine_status();     -- 55000 unless preloaded
+    PERFORM @extschema@.opus_job_check_not_in_block();
+    IF max_rows IS NOT NULL AND max_rows OPERATOR(pg_catalog.<) 0 THEN
+        RAISE EXCEPTION 'max_rows must not be negative' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+
+    -- Run as the owner, one run per job: a second one returns at once.
+    -- Every transaction below starts with opus_job_begin.
+    IF NOT @extschema@.opus_job_begin(j) THEN
+        RAISE NOTICE 'opus job "%" is already running; nothing to do', j.name;
+        RETURN;
+    END IF;
+
+    -- Runs that were running when their session or the server went away.
+    UPDATE @extschema@.opus_job_run AS r
+    SET status = 'interrupted', phase = 'interrupted', ended_at = r.updated_at,
+        last_error = COALESCE(r.last_error, 'the run was interrupted (its session ended or the server restarted)')
+    WHERE r.job_id OPERATOR(pg_catalog.=) j.id AND r.status OPERATOR(pg_catalog.=) 'running';
+    INSERT INTO @extschema@.opus_job_run (job_id, owner, pid, run_by)
+    VALUES (j.id, j.owner, pg_catalog.pg_backend_pid(), pg_catalog.quote_ident(caller)::regrole)
+    RETURNING id INTO run_id;
+    COMMIT;
+    IF NOT @extschema@.opus_job_begin(j) THEN
+        RAISE NOTICE 'opus job "%" was started by another run', j.name;
+        RETURN;
+    END IF;
+
+    -- Take in the source rows the work list does not have yet.
+    src := @extschema@.opus_job_source_sql(j);
+    prompt_sql := CASE WHEN j.prompt_template IS NOT NULL
+                       THEN pg_catalog.format('@extschema@.opus_render(%L, pg_catalog.to_jsonb(s))', j.prompt_template)
+                       ELSE '(' OPERATOR(pg_catalog.||) j.prompt_expression OPERATOR(pg_catalog.||) E'\n)::text' END;
+    EXECUTE pg_catalog.format($m$
+        INSERT INTO @extschema@.opus_job_item (job_id, owner, key, prompt)
+        SELECT $1, $2, %1$s, %2$s
+        FROM %3$s AS s
+        WHERE %4$s
+          AND NOT EXISTS (SELECT FROM @extschema@.opus_job_item AS i
+                          WHERE i.job_id OPERATOR(pg_catalog.=) $1
+                            AND i.key OPERATOR(pg_catalog.=) %1$s)
+        ON CONFLICT (job_id, key) DO NOTHING$m$,
+        @extschema@.opus_job_key_sql(j.key_columns, 's'), prompt_sql, src,
+        (SELECT pg_catalog.string_agg(pg_catalog.format('s.%I IS NOT NULL', c), ' AND ')
+         FROM pg_catalog.unnest(j.key_columns) AS c))
+    USING j.id, j.owner;
+    GET DIAGNOSTICS n = ROW_COUNT;
+    UPDATE @extschema@.opus_job_run AS r
+    SET rows_added = n, phase = 'generating',
+        generating_since = pg_catalog.clock_timestamp(), updated_at = pg_catalog.clock_timestamp(),
+        (rows_total, rows_done_before, rows_failed_before) =
+            (SELECT pg_catalog.count(*),
+                    pg_catalog.count(*) FILTER (WHERE i.state OPERATOR(pg_catalog.=) 'done'),
+                    pg_catalog.count(*) FILTER (WHERE i.state OPERATOR(pg_catalog.=) 'failed')
+             FROM @extschema@.opus_job_item AS i WHERE i.job_id OPERATOR(pg_catalog.=) j.id)
+    WHERE r.id OPERATOR(pg_catalog.=) run_id;
+    COMMIT;
+    IF NOT @extschema@.opus_job_begin(j) THEN
+        RAISE NOTICE 'opus job "%" was started by another run', j.name;
+        RETURN;
+    END IF;
+
+    LOOP
+        -- Fill the window with pending rows that are due.
+        slots_full := false;
+        need := j.concurrency OPERATOR(pg_catalog.-) pg_catalog.cardinality(req_ids);
+        IF max_rows IS NOT NULL THEN
+            need := LEAST(need, max_rows OPERATOR(pg_catalog.-) taken);
+        END IF;
+        IF need OPERATOR(pg_catalog.>) 0 THEN
+            FOR it IN
+                SELECT i.item_id, i.key, i.prompt FROM @extschema@.opus_job_item AS i
+                WHERE i.job_id OPERATOR(pg_catalog.=) j.id AND i.state OPERATOR(pg_catalog.=) 'pending'
+                  AND (i.next_attempt_at IS NULL OR i.next_attempt_at OPERATOR(pg_catalog.<=) pg_catalog.clock_timestamp())
+                  AND i.item_id OPERATOR(pg_catalog.<>) ALL (req_items)
+                  AND i.item_id OPERATOR(pg_catalog.<>) ALL (ok_items)
+                  AND i.item_id OPERATOR(pg_catalog.<>) ALL (bad_items)
+                ORDER BY i.item_id
+                LIMIT need
+            LOOP
+                IF it.prompt IS NULL THEN
+                    bad_items := pg_catalog.array_append(bad_items, it.item_id);
+                    bad_states := pg_catalog.array_append(bad_states, '22004');
+                    bad_errors := pg_catalog.array_append(bad_errors, 'the prompt of this row is null');
+                    taken := taken OPERATOR(pg_catalog.+) 1;
+                    CONTINUE;
+                END IF;
+                BEGIN
+                    rid := @extschema@.opus_job_submit(it.prompt, j.options);
+                EXCEPTION WHEN OTHERS THEN
+                    GET STACKED DIAGNOSTICS st = RETURNED_SQLSTATE, msg = MESSAGE_TEXT;
+                    rid := NULL;
+                END;
+                IF rid IS NULL THEN
+                    IF st OPERATOR(pg_catalog.=) '53000' THEN
+                        slots_full := true;     -- no request slot now: try again later
+                        EXIT;
+                    END IF;
+                    bad_items := pg_catalog.array_append(bad_items, it.item_id);
+                    bad_states := pg_catalog.array_append(bad_states, st);
+                    bad_errors := pg_catalog.array_append(bad_errors, msg);
+                ELSE
+                    req_ids := pg_catalog.array_append(req_ids, rid);
+                    req_items := pg_catalog.array_append(req_items, it.item_id);
+                    req_keys := pg_catalog.array_append(req_keys, it.key);
+                END IF;
+                taken := taken OPERATOR(pg_catalog.+) 1;
+            END LOOP;
+        END IF;
+
+        IF pg_catalog.cardinality(req_ids) OPERATOR(pg_catalog.>) 0 THEN
+            -- Take the next result that is ready.
+            rid := @extschema@.opus_wait(req_ids, '1 second');
+            IF rid IS NOT NULL THEN
+                pos := pg_catalog.array_position(req_ids, rid);
+                BEGIN
+                    res := @extschema@.opus_result_completion(rid);
+                    st := NULL;
+                EXCEPTION WHEN OTHERS THEN
+                    GET STACKED DIAGNOSTICS st = RETURNED_SQLSTATE, msg = MESSAGE_TEXT;
+                END;
+                IF st IS NULL THEN
+                    engine_errors := 0;
+                    ok_items := pg_catalog.array_append(ok_items, req_items[pos]);
+                    ok_keys := pg_catalog.array_append(ok_keys, req_keys[pos]);
+                    ok_outputs := pg_catalog.array_append(ok_outputs, COALESCE(
+                        res OPERATOR(pg_catalog.#>>) '{choices,0,text}',
+                        res OPERATOR(pg_catalog.#>>) '{choices,0,message,content}'));
+                    ok_finish := pg_catalog.array_append(ok_finish, res OPERATOR(pg_catalog.#>>) '{choices,0,finish_reason}');
+                    ok_ptok := pg_catalog.array_append(ok_ptok, (res OPERATOR(pg_catalog.#>>) '{usage,prompt_tokens}')::integer);
+                    ok_ctok := pg_catalog.array_append(ok_ctok, (res OPERATOR(pg_catalog.#>>) '{usage,completion_tokens}')::integer);
+                    ok_cached := pg_catalog.array_append(ok_cached,
+                        (res OPERATOR(pg_catalog.#>>) '{usage,prompt_tokens_details,cached_tokens}')::integer);
+                ELSE
+                    IF @extschema@.opus_job_error_is_system(st) THEN
+                        engine_errors := engine_errors OPERATOR(pg_catalog.+) 1;
+                    END IF;
+                    bad_items := pg_catalog.array_append(bad_items, req_items[pos]);
+                    bad_states := pg_catalog.array_append(bad_states, st);
+                    bad_errors := pg_catalog.array_append(bad_errors, msg);
+                END IF;
+                req_ids := pg_catalog.array_cat(req_ids[:pos OPERATOR(pg_catalog.-) 1], req_ids[pos OPERATOR(pg_catalog.+) 1:]);
+                req_items := pg_catalog.array_cat(req_items[:pos OPERATOR(pg_catalog.-) 1], req_items[pos OPERATOR(pg_catalog.+) 1:]);
+                req_keys := pg_catalog.array_cat(req_keys[:pos OPERATOR(pg_catalog.-) 1], req_keys[pos OPERATOR(pg_catalog.+) 1:]);
+            END IF;
+        END IF;
+
+        -- Write a chunk: when it is full, every second, when idle, and
+        -- before giving up on an engine that keeps failing.
+        IF engine_errors OPERATOR(pg_catalog.>=) GREATEST(32, 2 OPERATOR(pg_catalog.*) j.concurrency)
+           OR pg_catalog.cardinality(ok_items) OPERATOR(pg_catalog.+) pg_catalog.cardinality(bad_items)
+               OPERATOR(pg_catalog.>=) j.commit_every
+           OR pg_catalog.cardinality(req_ids) OPERATOR(pg_catalog.=) 0
+           OR pg_catalog.clock_timestamp() OPERATOR(pg_catalog.-) last_flush OPERATOR(pg_catalog.>=) '1 second'::interval THEN
+            IF pg_catalog.cardinality(ok_items) OPERATOR(pg_catalog.>) 0 THEN
+                BEGIN
+                    PERFORM @extschema@.opus_job_write(j, ok_items, ok_keys, ok_outputs, ok_finish,
+                                                       ok_ptok, ok_ctok, ok_cached);
+                EXCEPTION WHEN OTHERS THEN
+                    -- One row the target refuses must not sink the chunk: write row by row.
+                    FOR pos IN 1 .. pg_catalog.cardinality(ok_items) LOOP
+                        BEGIN
+                            PERFORM @extschema@.opus_job_write(j, ARRAY[ok_items[pos]], ARRAY[ok_keys[pos]],
+                                ARRAY[ok_outputs[pos]], ARRAY[ok_finish[pos]], ARRAY[ok_ptok[pos]],
+                                ARRAY[ok_ctok[pos]], ARRAY[ok_cached[pos]]);
+                        EXCEPTION WHEN OTHERS THEN
+                            GET STACKED DIAGNOSTICS st = RETURNED_SQLSTATE, msg = MESSAGE_TEXT;
+                            bad_items := pg_catalog.array_append(bad_items, ok_items[pos]);
+                            bad_states := pg_catalog.array_append(bad_states, st);
+                            bad_errors := pg_catalog.array_append(bad_errors, 'writing the result failed: ' OPERATOR(pg_catalog.||) msg);
+                            ok_ctok[pos] := 0;
+                            ok_ptok[pos] := 0;
+                            ok_cached[pos] := 0;
+                            ok_items[pos] := NULL;
+                        END;
+                    END LOOP;
+                END;
+            END IF;
+            n_failed := 0;
+            IF pg_catalog.cardinality(bad_items) OPERATOR(pg_catalog.>) 0 THEN
+                n_failed := @extschema@.opus_job_fail(j, bad_items, bad_states, bad_errors);
+            END IF;
+            UPDATE @extschema@.opus_job_run AS r SET
+                rows_done = r.rows_done OPERATOR(pg_catalog.+)
+                    pg_catalog.cardinality(pg_catalog.array_remove(ok_items, NULL)),
+                rows_failed = r.rows_failed OPERATOR(pg_catalog.+) n_failed,
+                rows_retried = r.rows_retried OPERATOR(pg_catalog.+)
+                    pg_catalog.cardinality(bad_items) OPERATOR(pg_catalog.-) n_failed,
+                prompt_tokens = r.prompt_tokens OPERATOR(pg_catalog.+)
+                    COALESCE((SELECT pg_catalog.sum(x) FROM pg_catalog.unnest(ok_ptok) AS x), 0),
+                completion_tokens = r.completion_tokens OPERATOR(pg_catalog.+)
+                    COALESCE((SELECT pg_catalog.sum(x) FROM pg_catalog.unnest(ok_ctok) AS x), 0),
+                cached_tokens = r.cached_tokens OPERATOR(pg_catalog.+)
+                    COALESCE((SELECT pg_catalog.sum(x) FROM pg_catalog.unnest(ok_cached) AS x), 0),
+                last_error = CASE WHEN pg_catalog.cardinality(bad_items) OPERATOR(pg_catalog.>) 0
+                                  THEN bad_states[pg_catalog.cardinality(bad_states)] OPERATOR(pg_catalog.||) ': '
+                                       OPERATOR(pg_catalog.||) bad_errors[pg_catalog.cardinality(bad_errors)]
+                                  ELSE r.last_error END,
+                last_error_at = CASE WHEN pg_catalog.cardinality(bad_items) OPERATOR(pg_catalog.>) 0
+                                     THEN pg_catalog.clock_timestamp() ELSE r.last_error_at END,
+                phase = 'generating',
+                updated_at = pg_catalog.clock_timestamp()
+            WHERE r.id OPERATOR(pg_catalog.=) run_id;
+            COMMIT;
+            lost := NOT @extschema@.opus_job_begin(j);
+            EXIT WHEN lost;
+            IF engine_errors OPERATOR(pg_catalog.>=) GREATEST(32, 2 OPERATOR(pg_catalog.*) j.concurrency) THEN
+                -- Every request fails in the engine: stop, leaving the rows
+                -- pending (their attempts untouched) for a later run.
+                PERFORM @extschema@.opus_cancel(x) FROM pg_catalog.unnest(req_ids) AS x;
+                UPDATE @extschema@.opus_job_run AS r SET status = 'failed', phase = 'failed',
+                    ended_at = pg_catalog.clock_timestamp(), updated_at = pg_catalog.clock_timestamp()
+                WHERE r.id OPERATOR(pg_catalog.=) run_id;
+                COMMIT;
+                RAISE EXCEPTION 'opus job "%" stopped: the engine failed % requests in a row', j.name, engine_errors
+                    USING ERRCODE = 'system_error',
+                          DETAIL = 'The last error was: ' OPERATOR(pg_catalog.||) bad_errors[pg_catalog.cardinality(bad_errors)],
+                          HINT = 'Rows stay pending; run the job again once the engine works (see opus_engine).';
+            END IF;
+            ok_items := '{}'; ok_keys := '{}'; ok_outputs := '{}'; ok_finish := '{}';
+            ok_ptok := '{}'; ok_ctok := '{}'; ok_cached := '{}';
+            bad_items := '{}'; bad_states := '{}'; bad_errors := '{}';
+            last_flush := pg_catalog.clock_timestamp();
+        END IF;
+
+        CONTINUE WHEN pg_catalog.cardinality(req_ids) OPERATOR(pg_catalog.>) 0;
+
+        -- Nothing in flight.
+        IF slots_full THEN
+            UPDATE @extschema@.opus_job_run AS r SET phase = 'waiting for a request slot',
+                updated_at = pg_catalog.clock_timestamp()
+            WHERE r.id OPERATOR(pg_catalog.=) run_id;
+            COMMIT;
+            lost := NOT @extschema@.opus_job_begin(j);
+            EXIT WHEN lost;
+            PERFORM pg_catalog.pg_sleep(0.1);
+            CONTINUE;
+        END IF;
+        EXIT WHEN max_rows IS NOT NULL AND taken OPERATOR(pg_catalog.>=) max_rows;
+        SELECT pg_catalog.min(i.next_attempt_at) INTO next_retry
+        FROM @extschema@.opus_job_item AS i
+        WHERE i.job_id OPERATOR(pg_catalog.=) j.id AND i.state OPERATOR(pg_catalog.=) 'pending';
+        IF NOT FOUND OR NOT EXISTS (SELECT FROM @extschema@.opus_job_item AS i
+                                    WHERE i.job_id OPERATOR(pg_catalog.=) j.id
+                                      AND i.state OPERATOR(pg_catalog.=) 'pending') THEN
+            EXIT;
+        END IF;
+        IF next_retry IS NOT NULL AND next_retry OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp() THEN
+            UPDATE @extschema@.opus_job_run AS r SET phase = 'waiting to retry failed rows',
+                updated_at = pg_catalog.clock_timestamp()
+            WHERE r.id OPERATOR(pg_catalog.=) run_id;
+            COMMIT;
+            lost := NOT @extschema@.opus_job_begin(j);
+            EXIT WHEN lost;
+            PERFORM pg_catalog.pg_sleep(LEAST(1.0,
+                pg_catalog.date_part('epoch', next_retry OPERATOR(pg_catalog.-) pg_catalog.clock_timestamp())));
+        END IF;
+    END LOOP;
+
+    IF lost THEN
+        -- Another run took the lock between two of our transactions (it
+        -- can only have started then): leave the rows to it.
+        PERFORM @extschema@.opus_cancel(x) FROM pg_catalog.unnest(req_ids) AS x;
+        RAISE NOTICE 'opus job "%" was taken over by another run', j.name;
+        RETURN;
+    END IF;
+    UPDATE @extschema@.opus_job_run AS r SET status = 'finished', phase = 'finished',
+        ended_at = pg_catalog.clock_timestamp(), updated_at = pg_catalog.clock_timestamp()
+    WHERE r.id OPERATOR(pg_catalog.=) run_id;
+    COMMIT;
+END
+$$;
+
+COMMENT ON PROCEDURE @extschema@.opus_job_run(text, bigint)
+IS 'process the job''s rows that are not done (at most max_rows), committing results in chunks; interrupt and rerun at will; a second concurrent run returns at once';
+
+-- Progress --------------------------------------------------------------------
+
+-- security_invoker: the job tables' row-level security applies to the reader.
+CREATE VIEW @extschema@.opus_job_progress WITH (security_invoker = true) AS
+    SELECT
+        CASE WHEN running THEN r.pid END AS pid,
+        j.id AS job_id,
+        j.name AS job,
+        j.owner,
+        r.id AS run_id,
+        CASE WHEN r.id IS NULL THEN 'never run'
+             WHEN r.status OPERATOR(pg_catalog.=) 'running' AND NOT running THEN 'interrupted'
+             ELSE r.phase END AS phase,
+        r.started_at,
+        r.ended_at,
+        r.rows_total,
+        r.rows_done_before OPERATOR(pg_catalog.+) r.rows_done AS rows_done,
+        r.rows_failed_before OPERATOR(pg_catalog.+) r.rows_failed AS rows_failed,
+        GREATEST(0, r.rows_total OPERATOR(pg_catalog.-) r.rows_done_before
+            OPERATOR(pg_catalog.-) r.rows_done OPERATOR(pg_catalog.-) r.rows_failed_before
+            OPERATOR(pg_catalog.-) r.rows_failed) AS rows_remaining,
+        r.rows_retried,
+        r.completion_tokens AS tokens_generated,
+        r.prompt_tokens,
+        r.cached_tokens,
+        pg_catalog.round((r.rows_done::numeric OPERATOR(pg_catalog./) NULLIF(secs, 0))::numeric, 2) AS rows_per_second,
+        pg_catalog.round((r.completion_tokens::numeric OPERATOR(pg_catalog./) NULLIF(secs, 0))::numeric, 1) AS tokens_per_second,
+        CASE WHEN running AND r.rows_done OPERATOR(pg_catalog.>) 0 THEN
+            pg_catalog.make_interval(secs => pg_catalog.round(
+                (GREATEST(0, r.rows_total OPERATOR(pg_catalog.-) r.rows_done_before
+                    OPERATOR(pg_catalog.-) r.rows_done OPERATOR(pg_catalog.-) r.rows_failed_before
+                    OPERATOR(pg_catalog.-) r.rows_failed)::numeric
+                 OPERATOR(pg_catalog.*) secs::numeric OPERATOR(pg_catalog./) r.rows_done::numeric))::double precision)
+        END AS estimated_time_left,
+        r.last_error AS current_error,
+        r.updated_at
+    FROM @extschema@.opus_job AS j
+    LEFT JOIN LATERAL (
+        SELECT * FROM @extschema@.opus_job_run AS x
+        WHERE x.job_id OPERATOR(pg_catalog.=) j.id
+        ORDER BY x.id DESC LIMIT 1) AS r ON true
+    LEFT JOIN LATERAL (
+        SELECT EXISTS (SELECT FROM pg_catalog.pg_locks AS k
+                       WHERE k.locktype OPERATOR(pg_catalog.=) 'advisory'
+                         AND k.classid OPERATOR(pg_catalog.=) @extschema@.opus_job_lock_space()::pg_catalog.oid
+                         AND k.objid OPERATOR(pg_catalog.=) j.id::pg_catalog.oid
+                         AND k.objsubid OPERATOR(pg_catalog.=) 2
+                         AND k.pid OPERATOR(pg_catalog.=) r.pid
+                         AND k.granted) AS held
+    ) AS l ON true
+    LEFT JOIN LATERAL (
+        SELECT l.held AND r.status OPERATOR(pg_catalog.=) 'running' AS running,
+               pg_catalog.date_part('epoch',
+                   CASE WHEN l.held THEN pg_catalog.clock_timestamp() ELSE COALESCE(r.ended_at, r.updated_at) END
+                   OPERATOR(pg_catalog.-) COALESCE(r.generating_since, r.started_at)) AS secs
+    ) AS s ON true;
+
+COMMENT ON VIEW @extschema@.opus_job_progress IS 'each visible job''s latest run, in the style of pg_stat_progress_*: phase, rows total/done/failed/remaining, tokens, rates, estimated time left, last error';
+
+GRANT SELECT ON @extschema@.opus_job_progress TO PUBLIC;
+-- Expert load of a Mixture-of-Experts model (src/pg/experts.c): tokens the
+-- engine's routers sent to each (layer, expert), totals since the last reset
+-- or since another model was loaded.  Empty for a dense model.
+
+CREATE FUNCTION @extschema@.opus_stat_experts_v1(
+    OUT layer integer,
+    OUT expert integer,
+    OUT tokens bigint,
+    OUT share double precision)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'opus_stat_experts_v1'
+LANGUAGE C VOLATILE PARALLEL RESTRICTED;
+
+COMMENT ON FUNCTION @extschema@.opus_stat_experts_v1()
+IS 'tokens routed to each (layer, expert) of a Mixture-of-Experts model (API version 1 of pg_stat_opus_experts)';
+
+CREATE VIEW @extschema@.pg_stat_opus_experts AS
+    SELECT * FROM @extschema@.opus_stat_experts_v1();
+
+GRANT SELECT ON @extschema@.pg_stat_opus_experts TO PUBLIC;
+
+COMMENT ON VIEW @extschema@.pg_stat_opus_experts
+IS 'expert load of a Mixture-of-Experts model: per layer and expert, the tokens routed to it and its share of the layer''s tokens (each token goes to top-k experts per layer); empty for a dense model';
+
+CREATE FUNCTION @extschema@.pg_stat_opus_experts_reset()
+RETURNS timestamp with time zone
+AS 'MODULE_PATHNAME', 'opus_stat_experts_reset'
+LANGUAGE C VOLATILE PARALLEL RESTRICTED;
+
+COMMENT ON FUNCTION @extschema@.pg_stat_opus_experts_reset()
+IS 'set the pg_stat_opus_experts totals to zero; returns the reset time';
+
+REVOKE ALL ON FUNCTION @extschema@.pg_stat_opus_experts_reset() FROM PUBLIC;
