@@ -138,9 +138,10 @@ sub engine_pid
 	return undef;
 }
 
-# start_query(NODE, SQL, setup => "SET ...") - run SQL in its own psql
-# process, in the background (SETUP, if given, runs first in the same
-# session).  Returns a handle for query_running and wait_query.
+# start_query(NODE, SQL, setup => "SET ...", db => DB) - run SQL in its own
+# psql process, in the background (SETUP, if given, runs first in the same
+# session), in database DB (default postgres).  Returns a handle for
+# query_running and wait_query.
 sub start_query
 {
 	my ($node, $sql, %o) = @_;
@@ -148,7 +149,7 @@ sub start_query
 	my @cmd = (
 		'psql', '-XAtq', '-v', 'ON_ERROR_STOP=1',
 		'-v', 'VERBOSITY=verbose',
-		'-d', $node->connstr('postgres'));
+		'-d', $node->connstr($o{db} // 'postgres'));
 	push @cmd, '-c', $o{setup} if defined $o{setup};
 	push @cmd, '-c', $sql;
 	$q->{h} = IPC::Run::start(\@cmd, '<', '/dev/null', '>', \$q->{out},
