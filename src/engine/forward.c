@@ -386,8 +386,17 @@ mm_unit(struct opus_fwd_state *fs, const struct mm_job *job, const struct act *a
 		opus_vec_dot_fn dot = job->dot && t >= job->dot_from && t < job->dot_until ?
 			job->dot : W->qi->vec_dot;
 
-		for (int64_t r = r0; r < r1; r++)
-			mm_store(job, d, r, dot(W->n_in, W->data + (size_t) r * W->row_bytes, xrow));
+		/* several rows per call: the same bits as dot row by row */
+		for (int64_t r = r0; r < r1; r += ROW_TILE_MAX)
+		{
+			int			nr = (int) (r1 - r < ROW_TILE_MAX ? r1 - r : ROW_TILE_MAX);
+			float		o[ROW_TILE_MAX];
+
+			opus_vec_dot_rows(dot, W->n_in, nr, W->data + (size_t) r * W->row_bytes,
+							  W->row_bytes, xrow, o);
+			for (int i = 0; i < nr; i++)
+				mm_store(job, d, r + i, o[i]);
+		}
 	}
 }
 

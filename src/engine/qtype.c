@@ -120,6 +120,40 @@ cpu_has_avx2_fma_f16c(void)
 }
 static pthread_mutex_t init_lock = PTHREAD_MUTEX_INITIALIZER;
 
+/* several-rows kernels by the vec_dot they compute (opus_vec_dot_rows) */
+#define MAX_ROWS_KERNELS 32
+static struct
+{
+	opus_vec_dot_fn dot;
+	opus_vec_dot_rows_fn rows;
+}			rows_kernels[MAX_ROWS_KERNELS];
+static int	n_rows_kernels;
+
+void
+opus_quant_register_rows(opus_vec_dot_fn dot, opus_vec_dot_rows_fn rows)
+{
+	if (n_rows_kernels < MAX_ROWS_KERNELS)
+	{
+		rows_kernels[n_rows_kernels].dot = dot;
+		rows_kernels[n_rows_kernels].rows = rows;
+		n_rows_kernels++;
+	}
+}
+
+void
+opus_vec_dot_rows(opus_vec_dot_fn dot, int64_t n, int n_rows, const void *w,
+				  size_t w_stride, const void *x, float *out)
+{
+	for (int k = 0; k < n_rows_kernels; k++)
+		if (rows_kernels[k].dot == dot)
+		{
+			rows_kernels[k].rows(n, n_rows, w, w_stride, x, out);
+			return;
+		}
+	for (int r = 0; r < n_rows; r++)
+		out[r] = dot(n, (const uint8_t *) w + (size_t) r * w_stride, x);
+}
+
 void
 opus_qtype_init_cpu(bool force_ref)
 {
@@ -128,6 +162,7 @@ opus_qtype_init_cpu(bool force_ref)
 	pthread_mutex_lock(&init_lock);
 	use_avx2 = !force_ref && cpu_has_avx2_fma_f16c();
 	opus_quant_register_ref(qtypes);
+	n_rows_kernels = 0;
 	if (use_avx2)
 		opus_quant_register_avx2(qtypes);
 	cpu_variant = use_avx2 ? "avx2" : "ref";

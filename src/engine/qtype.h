@@ -72,6 +72,13 @@ typedef void (*opus_to_float_fn) (const void *src, float *y, int64_t n);
 /* Dot product of a weight row (this type) and an activation row (vec_dot_type). */
 typedef float (*opus_vec_dot_fn) (int64_t n, const void *w, const void *x);
 
+/*
+ * n_rows dot products of weight rows (w, w + w_stride, ...) with one
+ * activation row: out[r] = vec_dot(n, w + r * w_stride, x), bit-identical.
+ */
+typedef void (*opus_vec_dot_rows_fn) (int64_t n, int n_rows, const void *w, size_t w_stride,
+									  const void *x, float *out);
+
 struct opus_qtype_info
 {
 	const char *name;			/* "Q4_1" as llama.cpp prints it */
@@ -111,6 +118,16 @@ bool		opus_qtype_row_size(enum opus_qtype t, int64_t n, size_t *out);
 void		opus_qtype_init_cpu(bool force_ref);
 /* "avx2" or "ref": what opus_qtype_init_cpu chose. */
 const char *opus_qtype_cpu_variant(void);
+
+/*
+ * out[r] = dot(n, w + r * w_stride, x) for r < n_rows, bit-identical to
+ * calling dot row by row, but through a kernel that works on several rows at
+ * once (each activation load shared, the per-row sums reduced together)
+ * where one is registered for `dot` (any vec_dot of the type table, or one
+ * of the llama.cpp-order variants), else row by row.
+ */
+void		opus_vec_dot_rows(opus_vec_dot_fn dot, int64_t n, int n_rows, const void *w,
+							  size_t w_stride, const void *x, float *out);
 
 /* IEEE half and bfloat16 conversions (exact, round-to-nearest-even). */
 float		opus_fp16_to_fp32(uint16_t h);

@@ -864,6 +864,167 @@ opus_q6_K_vec_dot_tiled_avx2(int64_t n, const void *w, const void *x)
 }
 
 /* ---------------------------------------------------------------------
+ * several weight rows at once (opus_vec_dot_rows): decode's matrix-vector
+ * products.  Eight rows share each activation load; their integer sums are
+ * reduced together (hsum8_epi32: lane r = row r) and the float chains of the
+ * eight rows run in the lanes of one vector, each lane doing exactly the
+ * operations of the one-row kernel (the same exact integer sums, the same
+ * products rounded the same way, the same fused adds in the same order), so
+ * out[r] is bit-identical to vec_dot of row r.  Rows past the last group of
+ * eight go through the one-row kernel.
+ * --------------------------------------------------------------------- */
+
+/* 8x8 int32 transpose: t[j] lane r = v[r] lane j */
+static inline void
+transpose8_epi32(const __m256i *v, __m256i *t)
+{
+	__m256i		a[8],
+				b[8];
+
+	for (int k = 0; k < 8; k += 2)
+	{
+		a[k] = _mm256_unpacklo_epi32(v[k], v[k + 1]);
+		a[k + 1] = _mm256_unpackhi_epi32(v[k], v[k + 1]);
+	}
+	for (int k = 0; k < 8; k += 4)
+	{
+		b[k] = _mm256_unpacklo_epi64(a[k], a[k + 2]);
+		b[k + 1] = _mm256_unpackhi_epi64(a[k], a[k + 2]);
+		b[k + 2] = _mm256_unpacklo_epi64(a[k + 1], a[k + 3]);
+		b[k + 3] = _mm256_unpackhi_epi64(a[k + 1], a[k + 3]);
+	}
+	for (int k = 0; k < 4; k++)
+	{
+		t[k] = _mm256_permute2x128_si256(b[k], b[k + 4], 0x20);
+		t[k + 4] = _mm256_permute2x128_si256(b[k], b[k + 4], 0x31);
+	}
+}
+
+/* the f16 at byte `off` of 8 rows' block i, as floats */
+static inline __m256
+rows8_f16(const uint8_t *w, size_t ws, size_t off)
+{
+	uint16_t	h[8];
+
+	for (int r = 0; r < 8; r++)
+		memcpy(&h[r], w + r * ws + off, sizeof(uint16_t));
+	return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *) h));
+}
+
+/* prefetch block `off` of 8 rows, some distance ahead */
+#define ROWS_PREFETCH 1024
+static inline void
+rows8_prefetch(const uint8_t *w, size_t ws, size_t off, size_t bytes)
+{
+	for (int r = 0; r < 8; r++)
+		for (size_t o = 0; o < bytes; o += 64)
+			_mm_prefetch((const char *) w + r * ws + off + ROWS_PREFETCH + o, _MM_HINT_T0);
+}
+
+/*
+ * Q4_K, 8 rows.  gemv false: vec_dot's chains (per pair of sub-blocks);
+ * true: opus_q4_K_vec_dot_gemv_avx2's (per super-block).
+ */
+static inline __attribute__((always_inline)) void
+q4_K_rows8(int64_t n, const uint8_t *w, size_t ws, const opus_block_q8_K *b, float *out,
+		   bool gemv)
+{
+	const __m256i m4 = _mm256_set1_epi8(0x0F);
+	__m256		acc = _mm256_setzero_ps(),
+				accm = _mm256_setzero_ps();
+
+	for (int64_t i = 0; i < n / OPUS_QK_K; i++)
+	{
+		size_t		off = (size_t) i * sizeof(opus_block_q4_K);
+		__m256		xd = _mm256_set1_ps(b[i].d);
+		__m256		dv = _mm256_mul_ps(rows8_f16(w, ws, off), xd);
+		__m256		dmv = _mm256_mul_ps(rows8_f16(w, ws, off + 2), xd);
+		__m256i		sc16[8],
+					mt[8],
+					stot = _mm256_setzero_si256();
+
+		rows8_prefetch(w, ws, off, sizeof(opus_block_q4_K));
+		{
+			__m256i		mv[8];
+
+			for (int r = 0; r < 8; r++)
+			{
+				const opus_block_q4_K *a = (const opus_block_q4_K *) (w + r * ws + off);
+				__m128i		sc,
+							mn;
+
+				k_unpack_scales(a->scales, &sc, &mn);
+				sc16[r] = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(sc));
+				mv[r] = k_min_products(mn, b[i].bsums);
+			}
+			transpose8_epi32(mv, mt);
+		}
+#pragma GCC unroll 4
+		for (int c = 0; c < 4; c++)
+		{
+			__m256i		x0 = load256(b[i].qs + 64 * c),
+						x1 = load256(b[i].qs + 64 * c + 32);
+			__m256i		v[8],
+						s;
+
+#pragma GCC unroll 8
+			for (int r = 0; r < 8; r++)
+			{
+				const opus_block_q4_K *a = (const opus_block_q4_K *) (w + r * ws + off);
+				__m256i		q = load256(a->qs + 32 * c);
+				__m256i		plo = _mm256_maddubs_epi16(_mm256_and_si256(q, m4), x0);
+				__m256i		phi = _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(q, 4), m4), x1);
+
+				v[r] = _mm256_add_epi32(_mm256_madd_epi16(plo, bcast_i16(sc16[r], 2 * c)),
+										_mm256_madd_epi16(phi, bcast_i16(sc16[r], 2 * c + 1)));
+			}
+			s = hsum8_epi32(v);
+			if (gemv)
+				stot = _mm256_add_epi32(stot, s);
+			else
+			{
+				acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), dv, acc);
+				accm = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(mt[2 * c], mt[2 * c + 1])),
+									   dmv, accm);
+			}
+		}
+		if (gemv)
+		{
+			__m256i		mtot = _mm256_add_epi32(_mm256_add_epi32(_mm256_add_epi32(mt[0], mt[1]),
+																 _mm256_add_epi32(mt[2], mt[3])),
+												_mm256_add_epi32(_mm256_add_epi32(mt[4], mt[5]),
+																 _mm256_add_epi32(mt[6], mt[7])));
+
+			acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(stot), dv, acc);
+			accm = _mm256_fmadd_ps(_mm256_cvtepi32_ps(mtot), dmv, accm);
+		}
+	}
+	_mm256_storeu_ps(out, _mm256_sub_ps(acc, accm));
+}
+
+static void
+q4_K_rows_avx2(int64_t n, int n_rows, const void *w, size_t ws, const void *x, float *out)
+{
+	int			r = 0;
+
+	for (; r + 8 <= n_rows; r += 8)
+		q4_K_rows8(n, (const uint8_t *) w + r * ws, ws, x, out + r, false);
+	for (; r < n_rows; r++)
+		out[r] = q4_K_vec_dot_avx2(n, (const uint8_t *) w + r * ws, x);
+}
+
+static void
+q4_K_gemv_rows_avx2(int64_t n, int n_rows, const void *w, size_t ws, const void *x, float *out)
+{
+	int			r = 0;
+
+	for (; r + 8 <= n_rows; r += 8)
+		q4_K_rows8(n, (const uint8_t *) w + r * ws, ws, x, out + r, true);
+	for (; r < n_rows; r++)
+		out[r] = opus_q4_K_vec_dot_gemv_avx2(n, (const uint8_t *) w + r * ws, x);
+}
+
+/* ---------------------------------------------------------------------
  * activation quantization
  * --------------------------------------------------------------------- */
 
@@ -1104,4 +1265,6 @@ opus_quant_register_avx2(struct opus_qtype_info *t)
 	t[OPUS_TYPE_Q5_K].vec_dot = q5_K_vec_dot_avx2;
 	t[OPUS_TYPE_Q6_K].vec_dot = q6_K_vec_dot_avx2;
 	t[OPUS_TYPE_Q8_K].from_float = q8_K_from_float_avx2;
+	opus_quant_register_rows(q4_K_vec_dot_avx2, q4_K_rows_avx2);
+	opus_quant_register_rows(opus_q4_K_vec_dot_gemv_avx2, q4_K_gemv_rows_avx2);
 }

@@ -16,6 +16,13 @@
 void		opus_quant_register_ref(struct opus_qtype_info *table);
 void		opus_quant_register_avx2(struct opus_qtype_info *table);
 
+/*
+ * Register `rows` as the several-rows form of `dot` (opus_vec_dot_rows);
+ * called by opus_quant_register_avx2, the registry is emptied by every
+ * opus_qtype_init_cpu.
+ */
+void		opus_quant_register_rows(opus_vec_dot_fn dot, opus_vec_dot_rows_fn rows);
+
 /* the K-quant multi-token order (opus_vec_dot_llama_batch), AVX2 versions */
 float		opus_q4_K_vec_dot_tiled_avx2(int64_t n, const void *w, const void *x);
 float		opus_q4_K_vec_dot_gemv_avx2(int64_t n, const void *w, const void *x);

@@ -17,10 +17,12 @@
  *      type and token count gets which; AVX2 and reference bit-identical,
  *      both within the vec_dot tolerance;
  *  (f) the Q4_0 tile kernels bit-identical to Q4_0's vec_dot;
+ *  (g) opus_vec_dot_rows bit-identical to the dot product row by row;
  * plus known-answer blocks that pin the bit layouts (nibble order, fifth
  * bits, 6-bit K scales, Q6_K packing) and the table/registration contract.
  */
 #include <math.h>
+#include <stdlib.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -863,6 +865,106 @@ test_fp16(void)
 		  "bf16 inf, overflow, NaN, subnormal");
 }
 
+/*
+ * (g) opus_vec_dot_rows: for every type and every dot product it may be
+ * given (the chosen vec_dot, the reference one, the llama.cpp-order
+ * variants), 1..19 rows (whole groups of the several-row kernels and
+ * remainders) and a few row lengths: bit-identical to the dot row by row.
+ * Run with and without the 512-bit kernels (OPUS_NO_AVX512).
+ */
+static void
+test_rows_one(const char *variant)
+{
+	enum
+	{
+		MAX_ROWS = 19
+	};
+	static float x[MAX_N];
+	static uint8_t w[MAX_ROWS * (MAX_N * 4 + 64)],
+				xq[MAX_N * 4];
+	int			n_checked = 0;
+
+	for (size_t c = 0; c < N_CASES; c++)
+	{
+		const struct opus_qtype_info *wi = opus_qtype_info(cases[c].type);
+		const struct opus_qtype_info *xi = opus_qtype_info(wi->vec_dot_type);
+		const int64_t *lens = wi->block_size == 1 ? lens_float :
+			wi->block_size == 32 ? lens_32 : lens_256;
+		int			nlens = wi->block_size == 1 ? 6 : wi->block_size == 32 ? 5 : 4;
+
+		for (int li = 0; li < nlens; li++)
+		{
+			int64_t		n = lens[li];
+			size_t		wb = row_bytes(cases[c].type, n);
+			opus_vec_dot_fn dots[8];
+			int			n_dots = 0;
+
+			/* stride = row bytes + 0 or + an odd amount: unaligned rows too */
+			for (int pad = 0; pad <= 1; pad++)
+			{
+				size_t		stride = wb + (size_t) pad * 36;
+
+				for (int r = 0; r < MAX_ROWS; r++)
+				{
+					fill(x, n, (enum data_kind) (r % DATA__COUNT == DATA_ZERO ? DATA_NORMAL : r % DATA__COUNT));
+					wi->from_float_ref(x, w + r * stride, n);
+				}
+				fill(x, n, DATA_NORMAL);
+				xi->from_float(x, xq, n);
+				n_dots = 0;
+				dots[n_dots++] = wi->vec_dot;
+				dots[n_dots++] = wi->vec_dot_ref;
+				for (int nt = 1; nt <= 17; nt++)
+				{
+					int			f,
+								u;
+					opus_vec_dot_fn d = opus_vec_dot_llama_batch(cases[c].type, 576, nt, &f, &u);
+					opus_vec_dot_fn d7 = opus_vec_dot_llama_batch(cases[c].type, 577, nt, &f, &u);
+
+					if (d && n_dots < 8)
+						dots[n_dots++] = d;
+					if (d7 && n_dots < 8)
+						dots[n_dots++] = d7;
+				}
+				for (int k = 0; k < n_dots; k++)
+				{
+					for (int nr = 1; nr <= MAX_ROWS; nr++)
+					{
+						float		got[MAX_ROWS];
+						bool		same = true;
+
+						opus_vec_dot_rows(dots[k], n, nr, w, stride, xq, got);
+						for (int r = 0; r < nr; r++)
+						{
+							float		want = dots[k] (n, w + r * stride, xq);
+
+							same &= memcmp(&want, &got[r], sizeof(float)) == 0;
+						}
+						CHECK(same, "%s %s n=%lld dot %d rows %d stride +%d: opus_vec_dot_rows == dot row by row",
+							  variant, wi->name, (long long) n, k, nr, pad * 36);
+						n_checked++;
+					}
+				}
+			}
+		}
+	}
+	printf("  opus_vec_dot_rows (%s): %d cases bit-identical to the dot row by row\n", variant, n_checked);
+}
+
+static void
+test_rows(void)
+{
+	opus_qtype_init_cpu(false);
+	test_rows_one("default");
+	setenv("OPUS_NO_AVX512", "1", 1);
+	opus_qtype_init_cpu(false);
+	test_rows_one("OPUS_NO_AVX512");
+	unsetenv("OPUS_NO_AVX512");
+	opus_qtype_init_cpu(true);
+	test_rows_one("ref");
+	opus_qtype_init_cpu(false);
+}
+
 int
 main(void)
 {
@@ -875,5 +977,6 @@ main(void)
 	test_avx2();
 	test_llama_batch_order();
 	test_q4_0_tiles();
+	test_rows();
 	return UNIT_DONE();
 }
