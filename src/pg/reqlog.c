@@ -319,21 +319,37 @@ ts_or_null(TimestampTz t, char *isnull_flag)
 #define UPDATE_NARGS 11
 
 /*
+ * The version of the extension in this database when it is not the
+ * library's (palloc'd), set by log_table(); NULL otherwise.
+ */
+static char *other_sql_version = NULL;
+
+/*
  * The schema-qualified table name, or NULL if the extension (or its table)
- * is not in this database.  Needs a transaction and SPI.
+ * is not in this database, or is of another version than the library (its
+ * table may have other columns: the records wait for ALTER EXTENSION
+ * opus_pg UPDATE, see docs/upgrade.md).  Needs a transaction and SPI.
  */
 static char *
 log_table(void)
 {
 	int			rc;
+	char	   *version;
 
-	rc = SPI_execute("SELECT pg_catalog.format('%I.opus_requests', n.nspname) "
+	other_sql_version = NULL;
+	rc = SPI_execute("SELECT pg_catalog.format('%I.opus_requests', n.nspname), e.extversion "
 					 "FROM pg_catalog.pg_extension e JOIN pg_catalog.pg_namespace n "
 					 "ON n.oid = e.extnamespace WHERE e.extname = 'opus_pg' "
 					 "AND pg_catalog.to_regclass(pg_catalog.format('%I.opus_requests', n.nspname)) IS NOT NULL",
 					 true, 1);
 	if (rc != SPI_OK_SELECT || SPI_processed != 1)
 		return NULL;
+	version = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2);
+	if (version == NULL || strcmp(version, OPUS_PG_VERSION) != 0)
+	{
+		other_sql_version = version ? version : "?";
+		return NULL;
+	}
 	return SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
 }
 
@@ -442,7 +458,13 @@ write_batch(OpusLogRecord *recs, int n)
 	table = log_table();
 	if (table == NULL)
 	{
-		if (!table_missing_logged)
+		if (!table_missing_logged && other_sql_version != NULL)
+			ereport(LOG,
+					(errmsg("opus_pg: the extension in database \"%s\" is version %s, the library %s; request records are discarded",
+							opus_log_database, other_sql_version, OPUS_PG_VERSION),
+					 errhint("Run ALTER EXTENSION opus_pg UPDATE in database \"%s\" (see docs/upgrade.md).",
+							 opus_log_database)));
+		else if (!table_missing_logged)
 			ereport(LOG,
 					(errmsg("opus_pg: the request log table is missing in database \"%s\"; request records are discarded",
 							opus_log_database),

@@ -184,6 +184,18 @@ for my $v (@old)
 	is(wait_query(start_query($node, "SELECT opus_generate('x', max_tokens => 1)", db => $db), 60)->{sqlstate},
 		'55000', "$db: SQLSTATE 55000");
 
+	# The request logger leaves the old version's table alone.
+	if ($db eq $LOGDB)
+	{
+		my $off = log_offset($node);
+		$node->safe_psql('postgres', "SELECT opus_generate('Not logged', max_tokens => 1)");
+		ok(defined poll_until(30, sub {
+			substr(slurp_file($node->logfile), $off) =~
+			  /the extension in database "$db" is version \Q$v\E, the library \Q$newest\E; request records are discarded/ }),
+			"$db: the logger refuses the $v table, naming both versions");
+		is($node->safe_psql($db, 'SELECT count(*) FROM opus_requests'), '0', "$db: and wrote nothing");
+	}
+
 	# 2. Fill it as the old release would have.
 	$node->safe_psql($db, q{
 		CREATE TABLE src (id integer PRIMARY KEY, body text);
