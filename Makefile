@@ -95,20 +95,4 @@ install-model: $(DEFAULT_MODEL)
 uninstall-engine:
 	rm -f '$(DESTDIR)$(bindir)/opus_engine' '$(DESTDIR)$(OPUS_MODELDIR)/$(DEFAULT_MODEL_FILE)'
 
-# ---------------------------------------------------------------------------
-# Test harness (owned by test/run_tests.sh's authors; keep below the rest).
-#
-#   make deps    install missing Debian packages (test/tools/install_deps.sh)
-#   make test    what CI runs: deps, model, build (-Werror), install, then the
-#                unit, golden, pg_regress and TAP suites; see test/run_tests.sh
-#   make run     the demo: a local cluster with opus_pg running the default
-#                model, left running (test/tools/demo.sh)
-.PHONY: deps test run
-deps:
-	test/tools/install_deps.sh
-
-test:
-	test/run_tests.sh
-
-run:
-	test/tools/demo.sh
+include test/test.mk
