@@ -8,8 +8,10 @@
  * is where batched prefill and many-sequence decode get their speed; a
  * single sequence's decode uses the 1-token kernel.
  *
- * Two variants come from one template (matmul_tile.h): plain AVX2 (integer
- * block sums with maddubs + madd) and AVX-VNNI (vpdpbusd).  A third, for 6..8
+ * Three variants come from one template (matmul_tile.h): plain AVX2 (integer
+ * block sums with maddubs + madd), AVX-VNNI (vpdpbusd) and the same
+ * instruction in its AVX-512 VNNI encoding at 256 bits (CPUs that have
+ * AVX-512 VNNI but not AVX-VNNI, e.g. AMD Zen 4; off with OPUS_NO_AVX512).  A third, for 6..8
  * tokens on CPUs with AVX-512 VNNI, works on token pairs in 512-bit
  * registers (below).  All compute the exact same integer sums and the same
  * float operations, so they give bit-identical results; which one runs only
@@ -66,6 +68,25 @@ mm_dot_vnni(__m256i w, __m256i x)
 
 #define MM_NAME(x) x##_vnni
 #define MM_DOT(w, x) mm_dot_vnni(w, x)
+#include "matmul_tile.h"
+#undef MM_NAME
+#undef MM_DOT
+
+#pragma GCC pop_options
+
+/* ---- AVX-512 VNNI at 256 bits (EVEX; CPUs with AVX-512 VNNI but no AVX-VNNI, e.g. AMD Zen 4) ---- */
+
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512vl,avx512vnni")
+
+static inline __m256i
+mm_dot_vnni256(__m256i w, __m256i x)
+{
+	return _mm256_dpbusd_epi32(_mm256_setzero_si256(), w, x);
+}
+
+#define MM_NAME(x) x##_vnni256
+#define MM_DOT(w, x) mm_dot_vnni256(w, x)
 #include "matmul_tile.h"
 #undef MM_NAME
 #undef MM_DOT
@@ -287,7 +308,7 @@ type##_z512_##C(int nb, int n_rows, const uint8_t *w, size_t ws, \
 	if (nb <= MM_MAX_NB) \
 		type##_z512(C, nb, n_rows, w, ws, x, xst, xs, out); \
 	else \
-		type##_table_vnni[C - 1] (nb, n_rows, w, ws, x, xst, xs, out); \
+		type##_table_vnni256[C - 1] (nb, n_rows, w, ws, x, xst, xs, out); \
 }
 
 Z512_INSTANCE(q4_1, 6) Z512_INSTANCE(q4_1, 7) Z512_INSTANCE(q4_1, 8)
@@ -323,7 +344,7 @@ opus_mm_rows_fn
 opus_mm_rows_avx2(enum opus_qtype wtype, int C, bool allow_vnni)
 {
 	bool		use_vnni = allow_vnni && cpu_has_avxvnni();
-	bool		use_512 = use_vnni && cpu_has_avx512vnni() && getenv("OPUS_NO_AVX512") == NULL;
+	bool		use_512 = allow_vnni && cpu_has_avx512vnni() && getenv("OPUS_NO_AVX512") == NULL;
 	static const opus_mm_rows_fn q4_1_z512[3] = {q4_1_z512_6, q4_1_z512_7, q4_1_z512_8};
 	static const opus_mm_rows_fn q8_0_z512[3] = {q8_0_z512_6, q8_0_z512_7, q8_0_z512_8};
 
@@ -334,13 +355,16 @@ opus_mm_rows_avx2(enum opus_qtype wtype, int C, bool allow_vnni)
 		case OPUS_TYPE_Q4_1:
 			if (use_512 && C >= 6)
 				return q4_1_z512[C - 6];
-			return use_vnni ? q4_1_table_vnni[C - 1] : q4_1_table_avx2[C - 1];
+			return use_vnni ? q4_1_table_vnni[C - 1] : use_512 ? q4_1_table_vnni256[C - 1] :
+				q4_1_table_avx2[C - 1];
 		case OPUS_TYPE_Q8_0:
 			if (use_512 && C >= 6)
 				return q8_0_z512[C - 6];
-			return use_vnni ? q8_0_table_vnni[C - 1] : q8_0_table_avx2[C - 1];
+			return use_vnni ? q8_0_table_vnni[C - 1] : use_512 ? q8_0_table_vnni256[C - 1] :
+				q8_0_table_avx2[C - 1];
 		case OPUS_TYPE_Q4_0:
-			return use_vnni ? q4_0_table_vnni[C - 1] : q4_0_table_avx2[C - 1];
+			return use_vnni ? q4_0_table_vnni[C - 1] : use_512 ? q4_0_table_vnni256[C - 1] :
+				q4_0_table_avx2[C - 1];
 		default:
 			return NULL;
 	}

@@ -6,7 +6,8 @@
  * against llama.cpp's ggml vec_dot (the libggml-cpu.so of llama-cpp-python)
  * row by row, and a read-bandwidth probe (a sum over 512 MB) as the roof.
  * Prints GB/s of weights read, the median of REPS runs, and the load
- * average.  Also checks that both agree on the result (same layouts).
+ * average.  PROBE_ONLY=1: only the read bandwidth, as "read_bw_T GB/s"
+ * lines (bench_types.sh's roof).  Also checks that both agree on the result (same layouts).
  *
  * Note: llama.cpp itself multiplies Q4_0 / Q4_K (and IQ4_NL) matrices in a
  * repacked layout with its own gemv kernels, which its type traits do not
@@ -212,6 +213,12 @@ main(int argc, char **argv)
 	}
 	free(probe_buf);
 
+	if (getenv("PROBE_ONLY"))
+	{
+		/* for bench_types.sh: just the roof */
+		printf("read_bw_1 %.2f\nread_bw_2 %.2f\n", roof[1], roof[2]);
+		return 0;
+	}
 	xf = malloc(sizeof(float) * N_IN);
 	srand(1);
 	for (int i = 0; i < N_IN; i++)
