@@ -16,12 +16,13 @@ CREATE FUNCTION @extschema@.opus_generate(
     frequency_penalty double precision DEFAULT 0.0,
     repetition_penalty double precision DEFAULT 1.0,
     seed bigint DEFAULT NULL,
-    stop text[] DEFAULT NULL)
+    stop text[] DEFAULT NULL,
+    model text DEFAULT NULL)
 RETURNS text
 AS 'MODULE_PATHNAME', 'opus_generate'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
-COMMENT ON FUNCTION @extschema@.opus_generate(text, integer, double precision, double precision, integer, double precision, double precision, double precision, double precision, bigint, text[])
+COMMENT ON FUNCTION @extschema@.opus_generate(text, integer, double precision, double precision, integer, double precision, double precision, double precision, double precision, bigint, text[], text)
 IS 'complete a prompt with the served model; max_tokens NULL means opus.default_max_tokens, seed NULL means random';
 
 CREATE FUNCTION @extschema@.opus_chat(
@@ -35,12 +36,13 @@ CREATE FUNCTION @extschema@.opus_chat(
     frequency_penalty double precision DEFAULT 0.0,
     repetition_penalty double precision DEFAULT 1.0,
     seed bigint DEFAULT NULL,
-    stop text[] DEFAULT NULL)
+    stop text[] DEFAULT NULL,
+    model text DEFAULT NULL)
 RETURNS text
 AS 'MODULE_PATHNAME', 'opus_chat'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
-COMMENT ON FUNCTION @extschema@.opus_chat(jsonb, integer, double precision, double precision, integer, double precision, double precision, double precision, double precision, bigint, text[])
+COMMENT ON FUNCTION @extschema@.opus_chat(jsonb, integer, double precision, double precision, integer, double precision, double precision, double precision, double precision, bigint, text[], text)
 IS 'answer OpenAI-style chat messages ([{"role": ..., "content": ...}]) with the model''s chat template';
 
 CREATE FUNCTION @extschema@.opus_completion(
@@ -54,12 +56,13 @@ CREATE FUNCTION @extschema@.opus_completion(
     frequency_penalty double precision DEFAULT 0.0,
     repetition_penalty double precision DEFAULT 1.0,
     seed bigint DEFAULT NULL,
-    stop text[] DEFAULT NULL)
+    stop text[] DEFAULT NULL,
+    model text DEFAULT NULL)
 RETURNS jsonb
 AS 'MODULE_PATHNAME', 'opus_completion'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
-COMMENT ON FUNCTION @extschema@.opus_completion(text, integer, double precision, double precision, integer, double precision, double precision, double precision, double precision, bigint, text[])
+COMMENT ON FUNCTION @extschema@.opus_completion(text, integer, double precision, double precision, integer, double precision, double precision, double precision, double precision, bigint, text[], text)
 IS 'like opus_generate, returning an OpenAI text_completion object with finish_reason, usage and timings';
 
 CREATE FUNCTION @extschema@.opus_chat_completion(
@@ -73,12 +76,13 @@ CREATE FUNCTION @extschema@.opus_chat_completion(
     frequency_penalty double precision DEFAULT 0.0,
     repetition_penalty double precision DEFAULT 1.0,
     seed bigint DEFAULT NULL,
-    stop text[] DEFAULT NULL)
+    stop text[] DEFAULT NULL,
+    model text DEFAULT NULL)
 RETURNS jsonb
 AS 'MODULE_PATHNAME', 'opus_chat_completion'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
-COMMENT ON FUNCTION @extschema@.opus_chat_completion(jsonb, integer, double precision, double precision, integer, double precision, double precision, double precision, double precision, bigint, text[])
+COMMENT ON FUNCTION @extschema@.opus_chat_completion(jsonb, integer, double precision, double precision, integer, double precision, double precision, double precision, double precision, bigint, text[], text)
 IS 'like opus_chat, returning an OpenAI chat.completion object with finish_reason, usage and timings';
 
 CREATE FUNCTION @extschema@.opus_tokenize(input text)

@@ -449,6 +449,7 @@ submit_common(FunctionCallInfo fcinfo, uint8 kind)
 		OpusCheckPromptSize(req.text_len, "prompt is");
 	}
 	OpusParseOptions(fcinfo, &req);
+	OpusParseModelArg(fcinfo, ARG_DETACHED + 1, &req);
 	PG_RETURN_INT64(submit_async(&req, detached));
 }
 
@@ -891,6 +892,7 @@ many_common(FunctionCallInfo fcinfo, uint8 kind)
 	memset(&proto, 0, sizeof(proto));
 	proto.kind = kind;
 	OpusParseOptions(fcinfo, &proto);
+	OpusParseModelArg(fcinfo, ARG_WINDOW + 1, &proto);
 	reqs = palloc0(sizeof(OpusRequest) * Max(n, 1));
 	rows = palloc0(sizeof(ManyRow) * Max(n, 1));
 	for (k = 0; k < n; k++)

@@ -11,6 +11,8 @@
  *   cancelled                                           57014
  *   engine died / cannot start / model failed to load   58000
  *   model file or engine binary not found               58P01
+ *   no such model (removed while the request waited)     42704
+ *   model does not fit opus.memory_budget               53200
  *   anything else (internal, protocol)                  XX000
  *
  * Messages are lower case without a final period; the engine's own message
@@ -34,7 +36,10 @@ OpusSqlstateFor(int err_code)
 		case OPUS_PG_ERR_RESULT_TOO_LARGE:
 			return ERRCODE_PROGRAM_LIMIT_EXCEEDED;
 		case OPUS_PROTO_ERR_NOMEM:
+		case OPUS_PG_ERR_MODEL_MEMORY:
 			return ERRCODE_OUT_OF_MEMORY;
+		case OPUS_PG_ERR_MODEL_UNKNOWN:
+			return ERRCODE_UNDEFINED_OBJECT;
 		case OPUS_PROTO_ERR_UNSUPPORTED:
 			return ERRCODE_FEATURE_NOT_SUPPORTED;
 		case OPUS_PROTO_ERR_CANCELLED:
@@ -78,6 +83,9 @@ OpusRaiseError(int err_code, const char *message, const char *detail)
 			break;
 		case OPUS_PG_ERR_ENGINE_MISSING:
 			hint = "Run \"make install\" for opus_pg, or set opus.engine_path.";
+			break;
+		case OPUS_PG_ERR_MODEL_MEMORY:
+			hint = "Raise opus.memory_budget, or lower the model's kv_cache_size.";
 			break;
 		case OPUS_PG_ERR_ENGINE_DOWN:
 			hint = "See the server log; the engine is restarted automatically with backoff.";

@@ -64,6 +64,7 @@ remember(uint8 kind, const OpusResult *res)
 #define OPT_REPETITION	8
 #define OPT_SEED		9
 #define OPT_STOP		10
+#define OPT_MODEL		11		/* the last argument of the generation functions */
 #define N_ARGS			11
 
 /* ---------------------------------------------------------------------
@@ -233,6 +234,24 @@ OpusParseOptions(FunctionCallInfo fcinfo, OpusRequest *req)
 	}
 }
 
+/*
+ * The model argument `argno` (text, NULL = the default model) into req:
+ * 42704 for an unknown name, 42501 for a model the role may not use.
+ * A function without that argument uses the default model.
+ */
+void
+OpusParseModelArg(FunctionCallInfo fcinfo, int argno, OpusRequest *req)
+{
+	req->model = 0;
+	req->model_epoch = 0;
+	if (argno < PG_NARGS() && !PG_ARGISNULL(argno))
+	{
+		char	   *name = text_to_cstring(PG_GETARG_TEXT_PP(argno));
+
+		req->model = OpusLookupModel(name, &req->model_epoch, NULL, 0);
+	}
+}
+
 /* what_is: "prompt is", "chat messages are", ... */
 void
 OpusCheckPromptSize(size_t len, const char *what_is)
@@ -351,6 +370,7 @@ run_generation(FunctionCallInfo fcinfo, uint8 kind, OpusRequest *req, OpusResult
 	else
 		parse_prompt(fcinfo, req);
 	OpusParseOptions(fcinfo, req);
+	OpusParseModelArg(fcinfo, OPT_MODEL, req);
 	OpusRunRequest(req, res);
 	remember(kind, res);
 }
@@ -375,17 +395,25 @@ opus_chat(PG_FUNCTION_ARGS)
 	PG_RETURN_TEXT_P(cstring_to_text(OpusTextFromUtf8(res.data, res.len)));
 }
 
-/* The served model's short name: the file name without ".gguf". */
+/*
+ * The served model's name: the declared name of a named model; for the
+ * default model its file's short name (the file name without ".gguf").
+ */
 static char *
-served_model_name(void)
+served_model_name(int model)
 {
+	OpusEngineStatus *e = OpusModel(model);
 	char		path[OPUS_PROTO_PATH_LEN];
 	char	   *base;
 	size_t		len;
 
-	SpinLockAcquire(&OpusShared->engine.mutex);
-	strlcpy(path, OpusShared->engine.model_path, sizeof(path));
-	SpinLockRelease(&OpusShared->engine.mutex);
+	SpinLockAcquire(&e->mutex);
+	strlcpy(path, e->model_path, sizeof(path));
+	if (model > 0)
+		strlcpy(path, e->name, sizeof(path));
+	SpinLockRelease(&e->mutex);
+	if (model > 0)
+		return pstrdup(path);
 	base = strrchr(path, '/');
 	base = pstrdup(base ? base + 1 : path);
 	len = strlen(base);
@@ -408,7 +436,8 @@ OpusCompletionJsonb(bool chat, const OpusResult *res)
 					 (unsigned int) (res->request_id >> 32),
 					 chat ? "chat.completion" : "text_completion",
 					 (long long) time(NULL));
-	escape_json(&buf, served_model_name());
+	escape_json(&buf, served_model_name(res->model));
+	appendStringInfo(&buf, ", \"model_version\": %d", res->served_version);
 	appendStringInfoString(&buf, ", \"choices\": [{\"index\": 0, ");
 	if (chat)
 	{

@@ -238,6 +238,7 @@ opus_define_settings(void)
 							   0,
 							   check_opus_priority, assign_opus_priority, NULL);
 	OpusDefineAsyncSettings();
+	OpusDefineModelSettings(process_shared_preload_libraries_in_progress);
 	/*
 	 * Settings that size shared memory or name the engine only exist when
 	 * preloaded: PostgreSQL refuses PGC_POSTMASTER variables after start-up.

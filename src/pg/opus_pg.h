@@ -37,6 +37,10 @@ extern int	opus_kv_cache_type;	/* OPUS_PROTO_KV_* */
 extern int	opus_max_batch_tokens;
 extern char *opus_priority;
 extern int	opus_priority_value;	/* opus.priority as a class number */
+extern char *opus_models;		/* opus.models: the named models (models.c) */
+extern int	opus_model_warmup_timeout_ms;
+extern int	opus_model_probation_s;
+extern int	opus_memory_budget_mb;
 
 #define OPUS_PRIORITY_INTERACTIVE	0
 #define OPUS_PRIORITY_BATCH			10
@@ -75,6 +79,8 @@ typedef struct OpusSlot
 	Oid			userid;
 	Oid			dbid;
 	uint8		kind;			/* enum opus_proto_kind */
+	uint8		model;			/* model entry the request is for (0 = default) */
+	uint32		model_epoch;	/* that entry's epoch when the backend chose it */
 	TimestampTz submit_time;
 	bool		async;			/* opus_submit: outlives the call (async.c) */
 	TimestampTz finish_time;	/* when it became DONE/ERROR (supervisor) */
@@ -92,6 +98,7 @@ typedef struct OpusSlot
 	double		queue_ms;
 	double		ttft_ms;
 	double		total_ms;
+	int32		served_version; /* model version that served it (supervisor) */
 	int			err_code;		/* OPUS_PROTO_ERR_* or OPUS_PG_ERR_*; 0 = none */
 	char		err_message[OPUS_PROTO_MSG_LEN];
 	char		err_detail[OPUS_PROTO_MSG_LEN];
@@ -106,9 +113,42 @@ typedef enum OpusEngineState
 	OPUS_ENGINE_FAILED			/* cannot start (model / binary); retried with backoff */
 } OpusEngineState;
 
+/* Models served at once: the default (entry 0) and opus.models entries. */
+#define OPUS_MAX_MODELS			8
+#define OPUS_MODEL_NAME_LEN		64
+
+/* A model's swap, as OpusEngineStatus.swap_state says it. */
+typedef enum OpusSwapState
+{
+	OPUS_SWAP_NONE = 0,
+	OPUS_SWAP_LOADING,			/* the new version's engine is starting */
+	OPUS_SWAP_WARMING,			/* ... and running its canary prompts */
+	OPUS_SWAP_DRAINING			/* switched; the old version finishes its requests */
+} OpusSwapState;
+
 typedef struct OpusEngineStatus
 {
 	slock_t		mutex;			/* protects everything below */
+	/* the model entry (models.c); entry 0 is the default model, always in use */
+	bool		in_use;
+	uint32		epoch;			/* bumped whenever the entry is (re)declared */
+	char		name[OPUS_MODEL_NAME_LEN];
+	char		role[NAMEDATALEN];	/* only members may use it; "" = everyone */
+	int32		version;		/* 1, +1 at every swap or rollback */
+	OpusSwapState swap_state;
+	char		swap_path[OPUS_PROTO_PATH_LEN]; /* the version being swapped in */
+	char		prev_path[OPUS_PROTO_PATH_LEN]; /* rollback target, "" = none */
+	TimestampTz probation_until;	/* automatic rollback possible until then */
+	TimestampTz swapped_at;
+	int64		rollbacks;
+	int64		weights_bytes;	/* model file size */
+	int64		kv_bytes;		/* KV arena size */
+	int			threads;
+	/* requests from SQL (opus_model_swap / opus_model_rollback) */
+	bool		swap_requested;
+	bool		rollback_requested;
+	char		requested_path[OPUS_PROTO_PATH_LEN];
+	/* the engine serving the entry */
 	OpusEngineState state;
 	int			supervisor_pid;
 	int			supervisor_procno;	/* for SetLatch; -1 when none */
@@ -130,7 +170,8 @@ typedef struct OpusEngineStatus
 
 typedef struct OpusSharedState
 {
-	OpusEngineStatus engine;
+	OpusEngineStatus engine;	/* the default model's engine (model entry 0) */
+	OpusEngineStatus more_models[OPUS_MAX_MODELS - 1];	/* entries 1.. */
 	int			n_slots;
 	Size		slot_buf_size;	/* bytes of buf per slot */
 	Size		slot_stride;	/* bytes between slot starts */
@@ -145,6 +186,33 @@ extern OpusSlot *OpusGetSlot(int index);
 extern char *OpusSlotBuf(OpusSlot *slot);
 extern int	OpusSlotIndexFromId(uint64 request_id);
 extern void OpusWakeSupervisor(void);
+
+/* Model entry i (0 = the default model). */
+static inline OpusEngineStatus *
+OpusModel(int i)
+{
+	return i == 0 ? &OpusShared->engine : &OpusShared->more_models[i - 1];
+}
+
+/* ---- models (models.c) ---- */
+
+/* One declared model, as opus.models says (parsed by OpusParseModels). */
+typedef struct OpusModelDecl
+{
+	char		name[OPUS_MODEL_NAME_LEN];
+	char		setting[OPUS_PROTO_PATH_LEN];	/* path or installed name */
+	char		device[OPUS_PROTO_SHORT_LEN];	/* "" = opus.device */
+	char		role[NAMEDATALEN];	/* "" = everyone */
+	int			threads;		/* 0 = a share of the cores */
+	int			kv_cache_size_mb;	/* 0 = opus.kv_cache_size */
+	int			kv_cache_type;	/* -1 = opus.kv_cache_type */
+	int			max_batch_tokens;	/* 0 = opus.max_batch_tokens */
+} OpusModelDecl;
+
+extern bool OpusParseModels(const char *value, OpusModelDecl *out, int *n_out,
+							char *err, size_t errlen);
+extern void OpusDefineModelSettings(bool preloading);
+extern int	OpusLookupModel(const char *name, uint32 *epoch, char *display, size_t displen);
 
 /* ---- supervisor (supervisor.c) ---- */
 
@@ -171,6 +239,9 @@ typedef struct OpusRequest
 	/* DETOKENIZE */
 	int32	   *tokens;
 	int			n_tokens;
+	/* the model entry it is for (OpusLookupModel), 0 = the default */
+	int			model;
+	uint32		model_epoch;
 } OpusRequest;
 
 typedef struct OpusResult
@@ -186,21 +257,26 @@ typedef struct OpusResult
 	double		ttft_ms;
 	double		total_ms;
 	double		elapsed_ms;		/* as seen by the backend, claim to result */
+	int			model;			/* model entry that served it */
+	int32		served_version; /* its version then */
 } OpusResult;
 
 extern void OpusRunRequest(const OpusRequest *req, OpusResult *res);
 extern void OpusCheckRequestSize(const OpusRequest *req);
+extern uint32 OpusEncodeRequest(const OpusRequest *req, char *buf, Size cap);
 extern int	OpusClaimSlot(uint8 kind, bool async, uint64 *id_out, bool missing_ok);
 extern void OpusSubmitSlot(OpusSlot *slot, const OpusRequest *req, TimestampTz start);
 extern void OpusAbandonRequest(uint64 id);
 extern int	OpusCollectResult(OpusSlot *slot, OpusResult *res, char *err_message, char *err_detail);
 extern void OpusWaitEngineReady(struct opus_proto_ready *info, char *path, size_t pathlen);
+extern void OpusWaitModelReady(int model, struct opus_proto_ready *info, char *path, size_t pathlen);
 
 /* ---- argument handling shared by the SQL functions (functions.c) ---- */
 
 extern const char *OpusTextToUtf8(const char *s, size_t len, size_t *out_len);
 extern char *OpusTextFromUtf8(const char *s, size_t len);
 extern void OpusParseOptions(FunctionCallInfo fcinfo, OpusRequest *req);
+extern void OpusParseModelArg(FunctionCallInfo fcinfo, int argno, OpusRequest *req);
 extern void OpusCheckPromptSize(size_t len, const char *what_is);
 extern void OpusParseMessages(Jsonb *jb, OpusRequest *req);
 extern Datum OpusCompletionJsonb(bool chat, const OpusResult *res);
@@ -220,6 +296,8 @@ extern void OpusDefineAsyncSettings(void);
 #define OPUS_PG_ERR_RESULT_TOO_LARGE 1004	/* result overflowed the slot buffer */
 #define OPUS_PG_ERR_ENGINE_MISSING	1005	/* engine binary not found */
 #define OPUS_PG_ERR_PROTOCOL		1006	/* engine broke the protocol */
+#define OPUS_PG_ERR_MODEL_UNKNOWN	1007	/* no such model (removed meanwhile) */
+#define OPUS_PG_ERR_MODEL_MEMORY	1008	/* model does not fit opus.memory_budget */
 
 extern int	OpusSqlstateFor(int err_code);
 extern void OpusRaiseError(int err_code, const char *message, const char *detail) pg_attribute_noreturn();

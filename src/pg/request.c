@@ -116,9 +116,12 @@ data_size(const OpusRequest *req)
 	return n;
 }
 
-/* Encode req as a SUBMIT payload into buf (cap bytes); returns its length. */
-static uint32
-encode_request(const OpusRequest *req, char *buf, Size cap)
+/*
+ * Encode req as a SUBMIT payload into buf (cap bytes); returns its length.
+ * Also used by the supervisor for a new model version's warm-up prompts.
+ */
+uint32
+OpusEncodeRequest(const OpusRequest *req, char *buf, Size cap)
 {
 	struct opus_proto_params params;
 	struct opus_proto_writer w;
@@ -273,9 +276,12 @@ OpusCheckRequestSize(const OpusRequest *req)
 void
 OpusSubmitSlot(OpusSlot *slot, const OpusRequest *req, TimestampTz start)
 {
-	slot->payload_len = encode_request(req, OpusSlotBuf(slot), OpusShared->slot_buf_size);
+	slot->payload_len = OpusEncodeRequest(req, OpusSlotBuf(slot), OpusShared->slot_buf_size);
 	slot->result_len = 0;
 	slot->err_code = 0;
+	slot->model = (uint8) req->model;
+	slot->model_epoch = req->model_epoch;
+	slot->served_version = 0;
 	slot->submit_time = start;
 	OpusStatsSlotFilled(OpusSlotIndexFromId(slot->request_id), slot->request_id, req);
 	pg_write_barrier();
@@ -325,6 +331,8 @@ OpusCollectResult(OpusSlot *slot, OpusResult *res, char *err_message, char *err_
 	res->queue_ms = slot->queue_ms;
 	res->ttft_ms = slot->ttft_ms;
 	res->total_ms = slot->total_ms;
+	res->model = slot->model;
+	res->served_version = slot->served_version;
 	return 0;
 }
 
@@ -365,18 +373,25 @@ OpusRunRequest(const OpusRequest *req, OpusResult *res)
 }
 
 /*
- * Wait until the engine has a model loaded and copy its description.
+ * Wait until the default model's engine is ready and copy its description.
  * Raises the engine's start-up error if it cannot start.
  */
 void
 OpusWaitEngineReady(struct opus_proto_ready *info, char *path, size_t pathlen)
+{
+	OpusWaitModelReady(0, info, path, pathlen);
+}
+
+/* The same for model entry `model` (see models.c). */
+void
+OpusWaitModelReady(int model, struct opus_proto_ready *info, char *path, size_t pathlen)
 {
 	OpusEngineStatus *e;
 	TimestampTz start = GetCurrentTimestamp();
 	int			timeout_ms = opus_request_timeout_ms;
 
 	OpusCheckPreloaded();
-	e = &OpusShared->engine;
+	e = OpusModel(model);
 	ConditionVariablePrepareToSleep(&e->cv);
 	for (;;)
 	{

@@ -1,15 +1,20 @@
 /*
- * shmem.c - opus_pg's shared memory: the engine status and the fixed array
+ * shmem.c - opus_pg's shared memory: the model entries (each with its
+ * engine's status; entry 0 is the default model) and the fixed array
  * of request slots (opus.max_requests of them, each followed by a buffer of
  * opus.request_buffer_size bytes).
  *
  * Locking rules
  * -------------
- * OpusShared->engine.mutex (a spinlock) protects every field of
- * OpusEngineStatus.  Only the supervisor writes it (and the postmaster at
- * initialisation); backends copy fields out under the spinlock.  The
- * condition variable engine.cv is broadcast by the supervisor after every
- * state change.
+ * Each model entry's mutex (a spinlock; OpusModel(i)->mutex, entry 0 is
+ * OpusShared->engine) protects every field of its OpusEngineStatus.  Only
+ * the supervisor writes it (and the postmaster at initialisation), except
+ * the swap_requested / rollback_requested / requested_path fields that
+ * opus_model_swap() and opus_model_rollback() set for the supervisor to
+ * take; backends copy fields out under the spinlock.  The condition
+ * variable cv of an entry is broadcast by the supervisor after every state
+ * change.  A slot's model and model_epoch (written while FILLING) say which
+ * entry it is for; see models.c.
  *
  * Each slot's mutex (a spinlock) protects state, generation, request_id and
  * the pids/oids.  Everything else in the slot, and its buffer, is owned by
@@ -85,13 +90,21 @@ OpusShmemInit(void)
 	OpusShared = ShmemInitStruct("opus_pg", OpusShmemSize(), &found);
 	if (!found)
 	{
-		OpusEngineStatus *e = &OpusShared->engine;
+		int			m;
 
 		memset(OpusShared, 0, sizeof(OpusSharedState));
-		SpinLockInit(&e->mutex);
-		e->state = OPUS_ENGINE_STOPPED;
-		e->supervisor_procno = -1;
-		ConditionVariableInit(&e->cv);
+		for (m = 0; m < OPUS_MAX_MODELS; m++)
+		{
+			OpusEngineStatus *e = OpusModel(m);
+
+			SpinLockInit(&e->mutex);
+			e->state = OPUS_ENGINE_STOPPED;
+			e->supervisor_procno = -1;
+			e->in_use = m == 0;
+			e->version = 1;
+			strlcpy(e->name, m == 0 ? "default" : "", sizeof(e->name));
+			ConditionVariableInit(&e->cv);
+		}
 		OpusShared->n_slots = opus_max_requests;
 		OpusShared->slot_buf_size = (Size) opus_request_buffer_kb * 1024;
 		OpusShared->slot_stride = OpusSlotStride();

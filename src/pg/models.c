@@ -1,0 +1,592 @@
+/*
+ * models.c - several models served at once: the opus.models declaration,
+ * the model lookup a backend does per call (model => 'name'), and the SQL
+ * surface (opus_models, opus_model_swap, opus_model_rollback).
+ *
+ * Model entries live in shared memory (OpusModel(i), i < OPUS_MAX_MODELS):
+ * entry 0 is the default model (opus.model, named "default"), entries 1..
+ * are opus.models' declarations in the supervisor's order.  Only the
+ * supervisor assigns entries (at start and at each reload); backends read
+ * them under the entry's spinlock.  A request carries the entry index and
+ * the entry's epoch at lookup: if the entry was removed or re-declared
+ * under another name before the supervisor sends it, the request fails
+ * with 42704 instead of going to another model.
+ *
+ * opus.models syntax (PGC_SIGHUP, so ALTER SYSTEM + pg_reload_conf()):
+ *
+ *     name=path-or-installed-name[;option=value...][, ...]
+ *
+ * options: device, threads, kv_cache_size (MB), kv_cache_type (f16 or
+ * q8_0), max_batch_tokens, role (only members of that role may use the
+ * model).  Names are lower-case identifiers, unique, not "default".  The
+ * check hook refuses a malformed value, so a reload never half-applies.
+ * See docs/models.md.
+ */
+#include "postgres.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <unistd.h>
+
+#include "catalog/pg_authid.h"
+#include "funcapi.h"
+#include "miscadmin.h"
+#include "storage/proc.h"
+#include "utils/acl.h"
+#include "utils/builtins.h"
+#include "utils/guc.h"
+#include "utils/timestamp.h"
+
+#include "opus_pg.h"
+
+char	   *opus_models = NULL;
+int			opus_model_warmup_timeout_ms = 60000;
+int			opus_model_probation_s = 300;
+int			opus_memory_budget_mb = 0;
+
+/* ---------------------------------------------------------------------
+ * Parsing opus.models
+ * --------------------------------------------------------------------- */
+
+static bool
+valid_model_name(const char *s, size_t len)
+{
+	size_t		i;
+
+	if (len == 0 || len >= OPUS_MODEL_NAME_LEN)
+		return false;
+	if (!(s[0] == '_' || (s[0] >= 'a' && s[0] <= 'z')))
+		return false;
+	for (i = 1; i < len; i++)
+		if (!(s[i] == '_' || (s[i] >= 'a' && s[i] <= 'z') || (s[i] >= '0' && s[i] <= '9')))
+			return false;
+	return true;
+}
+
+/* s[0..len) without leading and trailing blanks, into out (NUL-ended). */
+static bool
+copy_trimmed(const char *s, size_t len, char *out, size_t outlen)
+{
+	while (len > 0 && isspace((unsigned char) s[0]))
+		s++, len--;
+	while (len > 0 && isspace((unsigned char) s[len - 1]))
+		len--;
+	if (len >= outlen)
+		return false;
+	memcpy(out, s, len);
+	out[len] = '\0';
+	return true;
+}
+
+static bool
+parse_int_opt(const char *v, int lo, int hi, int *out)
+{
+	char	   *end;
+	long		n;
+
+	errno = 0;
+	n = strtol(v, &end, 10);
+	if (v[0] == '\0' || *end != '\0' || errno != 0 || n < lo || n > hi)
+		return false;
+	*out = (int) n;
+	return true;
+}
+
+/* One "option=value" of a declaration into d; false + err when bad. */
+static bool
+parse_option(const char *opt, OpusModelDecl *d, char *err, size_t errlen)
+{
+	const char *eq = strchr(opt, '=');
+	char		key[32];
+	char		val[OPUS_PROTO_PATH_LEN];
+
+	if (eq == NULL || !copy_trimmed(opt, eq - opt, key, sizeof(key)) ||
+		!copy_trimmed(eq + 1, strlen(eq + 1), val, sizeof(val)))
+	{
+		snprintf(err, errlen, "Model \"%s\": option \"%s\" is not option=value.", d->name, opt);
+		return false;
+	}
+	if (strcmp(key, "device") == 0)
+	{
+		if (!(strcmp(val, "cpu") == 0 || strcmp(val, "auto") == 0 ||
+			  (strncmp(val, "cuda:", 5) == 0 && val[5] != '\0' && strlen(val) <= 8 &&
+			   strspn(val + 5, "0123456789") == strlen(val + 5))))
+		{
+			snprintf(err, errlen, "Model \"%s\": device must be cpu, auto or cuda:N.", d->name);
+			return false;
+		}
+		strlcpy(d->device, val, sizeof(d->device));
+	}
+	else if (strcmp(key, "threads") == 0)
+	{
+		if (!parse_int_opt(val, 1, 1024, &d->threads))
+		{
+			snprintf(err, errlen, "Model \"%s\": threads must be between 1 and 1024.", d->name);
+			return false;
+		}
+	}
+	else if (strcmp(key, "kv_cache_size") == 0)
+	{
+		if (!parse_int_opt(val, 1, INT_MAX / 2, &d->kv_cache_size_mb))
+		{
+			snprintf(err, errlen, "Model \"%s\": kv_cache_size must be a number of megabytes.", d->name);
+			return false;
+		}
+	}
+	else if (strcmp(key, "kv_cache_type") == 0)
+	{
+		if (strcmp(val, "f16") == 0)
+			d->kv_cache_type = OPUS_PROTO_KV_F16;
+		else if (strcmp(val, "q8_0") == 0)
+			d->kv_cache_type = OPUS_PROTO_KV_Q8_0;
+		else
+		{
+			snprintf(err, errlen, "Model \"%s\": kv_cache_type must be f16 or q8_0.", d->name);
+			return false;
+		}
+	}
+	else if (strcmp(key, "max_batch_tokens") == 0)
+	{
+		if (!parse_int_opt(val, 16, 65536, &d->max_batch_tokens))
+		{
+			snprintf(err, errlen, "Model \"%s\": max_batch_tokens must be between 16 and 65536.", d->name);
+			return false;
+		}
+	}
+	else if (strcmp(key, "role") == 0)
+	{
+		if (val[0] == '\0' || strlen(val) >= NAMEDATALEN)
+		{
+			snprintf(err, errlen, "Model \"%s\": role must name a role.", d->name);
+			return false;
+		}
+		strlcpy(d->role, val, sizeof(d->role));
+	}
+	else
+	{
+		snprintf(err, errlen, "Model \"%s\": unknown option \"%s\" (known: device, threads, kv_cache_size, kv_cache_type, max_batch_tokens, role).",
+				 d->name, key);
+		return false;
+	}
+	return true;
+}
+
+/*
+ * Parse an opus.models value into out[] (room for OPUS_MAX_MODELS - 1).
+ * Returns false and a sentence in err when the value is malformed.  Pure
+ * string work: callable from a GUC check hook and from the supervisor.
+ */
+bool
+OpusParseModels(const char *value, OpusModelDecl *out, int *n_out,
+				char *err, size_t errlen)
+{
+	const char *p = value ? value : "";
+	int			n = 0;
+
+	*n_out = 0;
+	while (*p != '\0')
+	{
+		const char *end = strchr(p, ',');
+		size_t		len = end ? (size_t) (end - p) : strlen(p);
+		char		item[OPUS_PROTO_PATH_LEN + 512];
+		char	   *eq;
+		char	   *opts;
+		OpusModelDecl *d;
+		int			k;
+
+		if (!copy_trimmed(p, len, item, sizeof(item)))
+		{
+			snprintf(err, errlen, "A model declaration is too long.");
+			return false;
+		}
+		p = end ? end + 1 : p + len;
+		if (item[0] == '\0')
+		{
+			if (end == NULL && n > 0)
+				break;
+			snprintf(err, errlen, "A model declaration is empty.");
+			return false;
+		}
+		if (n >= OPUS_MAX_MODELS - 1)
+		{
+			snprintf(err, errlen, "At most %d models can be declared besides the default.", OPUS_MAX_MODELS - 1);
+			return false;
+		}
+		d = &out[n];
+		memset(d, 0, sizeof(*d));
+		d->kv_cache_type = -1;
+		eq = strchr(item, '=');
+		if (eq == NULL)
+		{
+			snprintf(err, errlen, "\"%s\" is not name=path.", item);
+			return false;
+		}
+		if (!copy_trimmed(item, eq - item, d->name, sizeof(d->name)) ||
+			!valid_model_name(d->name, strlen(d->name)))
+		{
+			char		shown[OPUS_MODEL_NAME_LEN];
+
+			(void) copy_trimmed(item, Min((size_t) (eq - item), sizeof(shown) - 1), shown, sizeof(shown));
+			snprintf(err, errlen, "Model name \"%s\" is not a lower-case identifier of at most %d characters.",
+					 shown, OPUS_MODEL_NAME_LEN - 1);
+			return false;
+		}
+		if (strcmp(d->name, "default") == 0)
+		{
+			snprintf(err, errlen, "The name \"default\" is reserved for opus.model.");
+			return false;
+		}
+		for (k = 0; k < n; k++)
+			if (strcmp(out[k].name, d->name) == 0)
+			{
+				snprintf(err, errlen, "Model \"%s\" is declared twice.", d->name);
+				return false;
+			}
+		opts = strchr(eq + 1, ';');
+		if (opts)
+			*opts++ = '\0';
+		if (!copy_trimmed(eq + 1, strlen(eq + 1), d->setting, sizeof(d->setting) - 64) ||
+			d->setting[0] == '\0')
+		{
+			snprintf(err, errlen, "Model \"%s\" needs a path or an installed model name.", d->name);
+			return false;
+		}
+		while (opts && *opts)
+		{
+			char	   *next = strchr(opts, ';');
+
+			if (next)
+				*next++ = '\0';
+			if (!parse_option(opts, d, err, errlen))
+				return false;
+			opts = next;
+		}
+		n++;
+	}
+	*n_out = n;
+	return true;
+}
+
+static bool
+check_opus_models(char **newval, void **extra, GucSource source)
+{
+	OpusModelDecl decl[OPUS_MAX_MODELS - 1];
+	char		err[256];
+	int			n;
+
+	if (!OpusParseModels(*newval, decl, &n, err, sizeof(err)))
+	{
+		GUC_check_errdetail("%s", err);
+		return false;
+	}
+	return true;
+}
+
+void
+OpusDefineModelSettings(bool preloading)
+{
+	DefineCustomStringVariable("opus.models",
+							   "Named models served beside the default one: name=path[;option=value...], ...",
+							   "Options: device, threads, kv_cache_size, kv_cache_type, max_batch_tokens, role. "
+							   "Each model gets its own engine; see docs/models.md.",
+							   &opus_models,
+							   "",
+							   PGC_SIGHUP,
+							   GUC_SUPERUSER_ONLY,
+							   check_opus_models, NULL, NULL);
+	DefineCustomIntVariable("opus.model_warmup_timeout",
+							"Time a swapped-in model version has to load and answer its canary prompts.",
+							NULL,
+							&opus_model_warmup_timeout_ms,
+							60000, 1000, INT_MAX,
+							PGC_SIGHUP,
+							GUC_UNIT_MS,
+							NULL, NULL, NULL);
+	DefineCustomIntVariable("opus.model_probation",
+							"After a swap, how long the old version stays the automatic rollback target.",
+							NULL,
+							&opus_model_probation_s,
+							300, 0, INT_MAX,
+							PGC_SIGHUP,
+							GUC_UNIT_S,
+							NULL, NULL, NULL);
+	DefineCustomIntVariable("opus.memory_budget",
+							"Memory all engines together may use for weights and KV caches (0 = half of RAM).",
+							NULL,
+							&opus_memory_budget_mb,
+							0, 0, INT_MAX,
+							PGC_SIGHUP,
+							GUC_UNIT_MB,
+							NULL, NULL, NULL);
+}
+
+/* ---------------------------------------------------------------------
+ * Lookup (backends)
+ * --------------------------------------------------------------------- */
+
+/*
+ * The model entry serving `name` (NULL or "default" = entry 0), with its
+ * epoch.  Raises 42704 for an unknown name and 42501 when the current
+ * role may not use the model.  display (may be NULL) receives the name
+ * results report.
+ */
+int
+OpusLookupModel(const char *name, uint32 *epoch, char *display, size_t displen)
+{
+	int			i;
+
+	OpusCheckPreloaded();
+	for (i = 0; i < OPUS_MAX_MODELS; i++)
+	{
+		OpusEngineStatus *e = OpusModel(i);
+		bool		match;
+		char		role[NAMEDATALEN];
+
+		SpinLockAcquire(&e->mutex);
+		match = (i == 0 && (name == NULL || strcmp(name, "default") == 0)) ||
+			(i > 0 && e->in_use && name != NULL && strcmp(e->name, name) == 0);
+		if (match)
+		{
+			*epoch = e->epoch;
+			strlcpy(role, e->role, sizeof(role));
+		}
+		SpinLockRelease(&e->mutex);
+		if (!match)
+			continue;
+		if (role[0] != '\0')
+		{
+			Oid			roleid = get_role_oid(role, true);
+
+			if (!OidIsValid(roleid) || !has_privs_of_role(GetUserId(), roleid))
+				ereport(ERROR,
+						(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+						 errmsg("permission denied for opus model \"%s\"", name),
+						 errdetail("Only members of role \"%s\" may use this model.", role)));
+		}
+		if (display)
+			strlcpy(display, i == 0 ? "" : name, displen);
+		return i;
+	}
+	ereport(ERROR,
+			(errcode(ERRCODE_UNDEFINED_OBJECT),
+			 errmsg("opus model \"%s\" does not exist", name),
+			 errhint("Models are declared in opus.models; SELECT name FROM opus_models lists them.")));
+	return -1;					/* keep compiler quiet */
+}
+
+/* ---------------------------------------------------------------------
+ * SQL
+ * --------------------------------------------------------------------- */
+
+static const char *
+model_state_name(const OpusEngineStatus *e)
+{
+	if (e->swap_state == OPUS_SWAP_LOADING || e->swap_state == OPUS_SWAP_WARMING)
+		return "swapping";
+	if (e->swap_state == OPUS_SWAP_DRAINING)
+		return "draining";
+	switch (e->state)
+	{
+		case OPUS_ENGINE_STOPPED:
+		case OPUS_ENGINE_STARTING:
+		case OPUS_ENGINE_BACKOFF:
+			return "loading";
+		case OPUS_ENGINE_READY:
+			return "ready";
+		case OPUS_ENGINE_FAILED:
+			return "failed";
+	}
+	return "unknown";
+}
+
+/* Resident set size of a process in bytes from /proc, -1 if unknown. */
+static int64
+process_rss(int pid)
+{
+	char		path[64];
+	FILE	   *f;
+	long		pages_total,
+				pages_rss;
+	int64		r = -1;
+
+	if (pid <= 0)
+		return -1;
+	snprintf(path, sizeof(path), "/proc/%d/statm", pid);
+	f = fopen(path, "r");
+	if (f == NULL)
+		return -1;
+	if (fscanf(f, "%ld %ld", &pages_total, &pages_rss) == 2)
+		r = (int64) pages_rss * (int64) sysconf(_SC_PAGESIZE);
+	fclose(f);
+	return r;
+}
+
+#define MODELS_COLS 21
+
+/*
+ * opus_models_v1(): one row per model entry in use.  Paths and errors
+ * are shown to superusers and members of pg_read_all_settings only.
+ */
+PG_FUNCTION_INFO_V1(opus_models_v1);
+Datum
+opus_models_v1(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	bool		see_paths;
+	int			i;
+
+	OpusCheckPreloaded();
+	see_paths = superuser() || has_privs_of_role(GetUserId(), ROLE_PG_READ_ALL_SETTINGS);
+	InitMaterializedSRF(fcinfo, 0);
+	for (i = 0; i < OPUS_MAX_MODELS; i++)
+	{
+		OpusEngineStatus *e = OpusModel(i);
+		OpusEngineStatus snap;
+		Datum		values[MODELS_COLS];
+		bool		nulls[MODELS_COLS];
+		int64		rss;
+
+		SpinLockAcquire(&e->mutex);
+		memcpy(&snap, e, sizeof(snap));
+		SpinLockRelease(&e->mutex);
+		if (i > 0 && !snap.in_use)
+			continue;
+		memset(nulls, 0, sizeof(nulls));
+		values[0] = CStringGetTextDatum(i == 0 ? "default" : snap.name);
+		values[1] = CStringGetTextDatum(model_state_name(&snap));
+		values[2] = Int32GetDatum(snap.version);
+		values[3] = CStringGetTextDatum(snap.model_path);
+		nulls[3] = !see_paths || snap.model_path[0] == '\0';
+		values[4] = CStringGetTextDatum(snap.model.arch);
+		nulls[4] = !snap.ever_ready;
+		values[5] = Int64GetDatum(snap.model.n_params);
+		nulls[5] = !snap.ever_ready;
+		values[6] = CStringGetTextDatum(snap.model.tensor_type);
+		nulls[6] = !snap.ever_ready;
+		values[7] = Int32GetDatum(snap.model.n_ctx);
+		nulls[7] = !snap.ever_ready;
+		values[8] = Int32GetDatum(snap.engine_pid);
+		nulls[8] = snap.engine_pid == 0;
+		rss = process_rss(snap.engine_pid);
+		values[9] = Int64GetDatum(rss);
+		nulls[9] = rss < 0;
+		values[10] = Int64GetDatum(snap.weights_bytes);
+		nulls[10] = snap.weights_bytes <= 0;
+		values[11] = Int64GetDatum(snap.kv_bytes);
+		nulls[11] = snap.kv_bytes <= 0;
+		values[12] = Int32GetDatum(snap.threads);
+		nulls[12] = snap.threads <= 0;
+		values[13] = TimestampTzGetDatum(snap.ready_at);
+		nulls[13] = snap.ready_at == 0;
+		values[14] = Int64GetDatum(snap.restarts);
+		values[15] = CStringGetTextDatum(snap.last_error);
+		nulls[15] = !see_paths || snap.last_error[0] == '\0';
+		values[16] = CStringGetTextDatum(snap.prev_path);
+		nulls[16] = !see_paths || snap.prev_path[0] == '\0';
+		values[17] = TimestampTzGetDatum(snap.probation_until);
+		nulls[17] = snap.probation_until == 0 || snap.prev_path[0] == '\0';
+		values[18] = Int64GetDatum(snap.rollbacks);
+		values[19] = CStringGetTextDatum(snap.role);
+		nulls[19] = snap.role[0] == '\0';
+		values[20] = CStringGetTextDatum(snap.swap_path);
+		nulls[20] = !see_paths || snap.swap_state == OPUS_SWAP_NONE || snap.swap_path[0] == '\0';
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+	}
+	return (Datum) 0;
+}
+
+/* Entry index of a declared model name for the administration functions. */
+static int
+admin_lookup(text *name_t)
+{
+	char	   *name = text_to_cstring(name_t);
+	uint32		epoch;
+
+	return OpusLookupModel(name, &epoch, NULL, 0);
+}
+
+/*
+ * opus_model_swap(name, path): start `path` as the new version of model
+ * `name` beside the serving one; it takes over after its warm-up.  Returns
+ * at once; opus_models shows the progress.  Superuser-only by default
+ * (EXECUTE revoked from PUBLIC).
+ */
+PG_FUNCTION_INFO_V1(opus_model_swap);
+Datum
+opus_model_swap(PG_FUNCTION_ARGS)
+{
+	int			i;
+	char	   *path;
+	char		resolved[OPUS_PROTO_PATH_LEN];
+	OpusEngineStatus *e;
+	bool		busy;
+
+	if (PG_ARGISNULL(0) || PG_ARGISNULL(1))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("model name and path must not be null")));
+	i = admin_lookup(PG_GETARG_TEXT_PP(0));
+	path = text_to_cstring(PG_GETARG_TEXT_PP(1));
+	if (path[0] == '\0' || strlen(path) >= OPUS_PROTO_PATH_LEN - 64 ||
+		!OpusResolveModelPath(path, resolved, sizeof(resolved)))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("model path is empty or too long")));
+	if (access(resolved, R_OK) != 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_FILE),
+				 errmsg("opus model file \"%s\" does not exist", resolved)));
+	e = OpusModel(i);
+	SpinLockAcquire(&e->mutex);
+	busy = e->swap_state != OPUS_SWAP_NONE || e->swap_requested || e->rollback_requested;
+	if (!busy)
+	{
+		strlcpy(e->requested_path, resolved, sizeof(e->requested_path));
+		e->swap_requested = true;
+	}
+	SpinLockRelease(&e->mutex);
+	if (busy)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("a swap of opus model \"%s\" is already in progress", text_to_cstring(PG_GETARG_TEXT_PP(0)))));
+	OpusWakeSupervisor();
+	PG_RETURN_VOID();
+}
+
+/*
+ * opus_model_rollback(name): swap back to the version the last swap
+ * replaced (kept as the rollback target).  55000 when there is none.
+ */
+PG_FUNCTION_INFO_V1(opus_model_rollback);
+Datum
+opus_model_rollback(PG_FUNCTION_ARGS)
+{
+	int			i;
+	OpusEngineStatus *e;
+	bool		busy,
+				none;
+
+	if (PG_ARGISNULL(0))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("model name must not be null")));
+	i = admin_lookup(PG_GETARG_TEXT_PP(0));
+	e = OpusModel(i);
+	SpinLockAcquire(&e->mutex);
+	busy = e->swap_state == OPUS_SWAP_LOADING || e->swap_state == OPUS_SWAP_WARMING ||
+		e->swap_requested || e->rollback_requested;
+	none = e->prev_path[0] == '\0';
+	if (!busy && !none)
+		e->rollback_requested = true;
+	SpinLockRelease(&e->mutex);
+	if (busy)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("a swap of opus model \"%s\" is already in progress", text_to_cstring(PG_GETARG_TEXT_PP(0)))));
+	if (none)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("opus model \"%s\" has no previous version to roll back to", text_to_cstring(PG_GETARG_TEXT_PP(0)))));
+	OpusWakeSupervisor();
+	PG_RETURN_VOID();
+}
