@@ -160,6 +160,7 @@ typedef struct ModelCtl
 	OpusSwapState swap;
 	bool		swap_is_rollback;
 	char		swap_why[OPUS_PROTO_MSG_LEN];	/* an automatic rollback's reason */
+	char		note[OPUS_PROTO_MSG_LEN];	/* last_error to show once ready again */
 	TimestampTz swap_started;
 	char		prev_path[OPUS_PROTO_PATH_LEN];
 	TimestampTz probation_until;
@@ -687,10 +688,11 @@ publish_ready(int m, EngineProc *p)
 	e->threads = p->cfg.threads;
 	e->kv_bytes = (int64) p->cfg.kv_cache_mb * 1024 * 1024;
 	e->last_err_code = 0;
-	e->last_error[0] = '\0';
+	strlcpy(e->last_error, models[m].note, sizeof(e->last_error));
 	e->last_error_detail[0] = '\0';
 	memset(&e->stats, 0, sizeof(e->stats));
 	SpinLockRelease(&e->mutex);
+	models[m].note[0] = '\0';
 	if (m == 0)
 	{
 		OpusStatsEngineReady();
@@ -806,11 +808,11 @@ engine_lost(EngineProc *p, bool kill_now, const char *reason)
 		mc->probation_until = 0;
 		mc->backoff_ms = BACKOFF_MIN_MS;
 		mc->next_start_at = 0;
+		snprintf(mc->note, sizeof(mc->note), "rolled back: %s", why);
 		SpinLockAcquire(&e->mutex);
 		e->rollbacks++;
 		e->version++;
-		strlcpy(e->last_error, "rolled back: ", sizeof(e->last_error));
-		strlcat(e->last_error, why, sizeof(e->last_error));
+		strlcpy(e->last_error, mc->note, sizeof(e->last_error));
 		SpinLockRelease(&e->mutex);
 		publish_swap(m);
 		set_model_state(m, OPUS_ENGINE_BACKOFF);
@@ -1286,13 +1288,9 @@ switch_to_candidate(int m)
 	SpinLockRelease(&e->mutex);
 	if (m == 0)
 		OpusStatsEngineSpawned(cand->cfg.path, cand->cfg.device, cand->cfg.threads);
-	publish_ready(m, cand);
 	if (mc->swap_is_rollback && mc->swap_why[0])
-	{
-		SpinLockAcquire(&e->mutex);
-		snprintf(e->last_error, sizeof(e->last_error), "rolled back: %s", mc->swap_why);
-		SpinLockRelease(&e->mutex);
-	}
+		snprintf(mc->note, sizeof(mc->note), "rolled back: %s", mc->swap_why);
+	publish_ready(m, cand);
 	publish_swap(m);
 	ereport(LOG,
 			(errmsg("opus_pg: model \"%s\" now served by \"%s\" (engine PID %d), %ld ms after the %s began; the old version drains",
@@ -1957,6 +1955,7 @@ apply_declarations(void)
 				mc->prev_path[0] = '\0';
 				mc->probation_until = 0;
 				mc->last_logged[0] = '\0';
+				mc->note[0] = '\0';
 				SpinLockAcquire(&e->mutex);
 				e->in_use = true;
 				e->epoch = epoch;
