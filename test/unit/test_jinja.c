@@ -1,0 +1,317 @@
+/*
+ * test_jinja.c - the Jinja interpreter (src/engine/jinja*.c).
+ *
+ * 1. Goldens: every real chat template in test/golden/jinja/templates/ with
+ *    every context of contexts.jsonl, byte for byte against jinja2's render
+ *    (jinja.golden, made by gen_jinja_golden.py); where jinja2 raised, the
+ *    interpreter must fail too.
+ * 2. Semantics the corpus leans on, each against the string jinja2 gives
+ *    (written down from jinja2 3.1.6).
+ * 3. Hostile templates: deep nesting, endless loops, huge strings, malformed
+ *    syntax end with errors naming a line, within the limits.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "jinja.h"
+#include "unit.h"
+
+#define DIR "test/golden/jinja/"
+#define NOW 1768473000			/* 2026-01-15 10:30:00 UTC, as the generator's clock */
+
+static char *
+slurp(const char *path, size_t *len)
+{
+	FILE	   *f = fopen(path, "rb");
+	char	   *buf;
+	long		n;
+
+	if (!f)
+		return NULL;
+	fseek(f, 0, SEEK_END);
+	n = ftell(f);
+	fseek(f, 0, SEEK_SET);
+	buf = malloc((size_t) n + 1);
+	if (fread(buf, 1, (size_t) n, f) != (size_t) n)
+		n = 0;
+	buf[n] = '\0';
+	fclose(f);
+	*len = (size_t) n;
+	return buf;
+}
+
+static void
+test_golden(void)
+{
+	size_t		clen,
+				glen;
+	char	   *ctx = slurp(DIR "contexts.jsonl", &clen);
+	char	   *gold = slurp(DIR "jinja.golden", &glen);
+	const char *lines[256];
+	size_t		line_len[256];
+	int			n_ctx = 0;
+	char		cur_name[256] = "";
+	struct opus_jinja *tmpl = NULL;
+	enum opus_status parse_st = OPUS_OK;
+	char		parse_msg[OPUS_ERROR_MSG_LEN] = "";
+	int			n_cases = 0,
+				n_tmpl = 0,
+				n_fail_tmpl = 0,
+				fails_here = 0;
+	struct opus_jinja_limits lim = {.now = NOW};
+	size_t		pos = 0;
+
+	CHECK(ctx && gold, "missing %scontexts.jsonl or jinja.golden", DIR);
+	if (!ctx || !gold)
+		return;
+	for (char *p = ctx; *p && n_ctx < 256;)
+	{
+		char	   *nl = strchr(p, '\n');
+
+		lines[n_ctx] = p;
+		line_len[n_ctx] = nl ? (size_t) (nl - p) : strlen(p);
+		n_ctx++;
+		if (!nl)
+			break;
+		p = nl + 1;
+	}
+	while (pos < glen)
+	{
+		char		name[256],
+					status[16];
+		int			ci,
+					consumed = 0;
+		size_t		n;
+		const char *expect;
+		char	   *out = NULL;
+		size_t		out_len = 0;
+		struct opus_error err = {0};
+		enum opus_status st;
+
+		const char *nl = memchr(gold + pos, '\n', glen - pos);
+
+		if (nl)
+			consumed = (int) (nl - (gold + pos)) + 1;
+		if (!nl || sscanf(gold + pos, "### %255s %d %15s %zu", name, &ci, status, &n) != 4 || ci < 0 || ci >= n_ctx || pos + (size_t) consumed + n + 1 > glen)
+		{
+			CHECK(0, "malformed golden at byte %zu", pos);
+			break;
+		}
+		expect = gold + pos + consumed;
+		pos += (size_t) consumed + n + 1;
+		if (strcmp(name, cur_name) != 0)
+		{
+			char		path[512];
+			size_t		tl;
+			char	   *src;
+			struct opus_error perr = {0};
+
+			if (cur_name[0] && fails_here)
+				n_fail_tmpl++;
+			fails_here = 0;
+			opus_jinja_free(tmpl);
+			tmpl = NULL;
+			snprintf(cur_name, sizeof(cur_name), "%s", name);
+			snprintf(path, sizeof(path), DIR "templates/%s", name);
+			src = slurp(path, &tl);
+			CHECK(src != NULL, "cannot read %s", path);
+			parse_st = src ? opus_jinja_parse(src, tl, NULL, &tmpl, &perr) : OPUS_ERR_IO;
+			snprintf(parse_msg, sizeof(parse_msg), "%s", perr.msg);
+			CHECK(parse_st == OPUS_OK, "%s: parse failed: %s", name, perr.msg);
+			free(src);
+			n_tmpl++;
+		}
+		n_cases++;
+		if (parse_st != OPUS_OK)
+		{
+			fails_here++;
+			continue;
+		}
+		st = opus_jinja_render(tmpl, lines[ci], line_len[ci], &lim, &out, &out_len, &err);
+		if (strcmp(status, "error") == 0)
+		{
+			CHECK(st == OPUS_ERR_TEMPLATE && out == NULL,
+				  "%s ctx %d: jinja2 raised, we gave status %d", name, ci, st);
+			if (st != OPUS_ERR_TEMPLATE)
+				fails_here++;
+		}
+		else
+		{
+			bool		same = st == OPUS_OK && out_len == n && memcmp(out, expect, n) == 0;
+
+			if (!same)
+			{
+				size_t		d = 0;
+
+				fails_here++;
+				if (st == OPUS_OK)
+					while (d < n && d < out_len && out[d] == expect[d])
+						d++;
+				CHECK(0, "%s ctx %d: %s; first difference at byte %zu:\n  want: %.80s\n  got:  %.80s",
+					  name, ci, st == OPUS_OK ? "output differs" : err.msg, d,
+					  expect + d, st == OPUS_OK ? out + d : "");
+			}
+			else
+				CHECK(1, "ok");
+		}
+		free(out);
+	}
+	if (cur_name[0] && fails_here)
+		n_fail_tmpl++;
+	opus_jinja_free(tmpl);
+	printf("jinja.golden: %d templates (%d with failures), %d renders\n", n_tmpl, n_fail_tmpl, n_cases);
+	CHECK(n_tmpl >= 25 && n_cases >= 25 * 16, "golden too small (%d templates, %d renders)",
+		  n_tmpl, n_cases);
+	free(ctx);
+	free(gold);
+}
+
+/* render src with ctx; returns malloc'd output or NULL (err filled) */
+static char *
+render(const char *src, const char *ctx, const struct opus_jinja_limits *lim,
+	   enum opus_status *st, struct opus_error *err)
+{
+	struct opus_jinja *t = NULL;
+	char	   *out = NULL;
+	size_t		n;
+
+	*st = opus_jinja_parse(src, strlen(src), lim, &t, err);
+	if (*st != OPUS_OK)
+		return NULL;
+	*st = opus_jinja_render(t, ctx, strlen(ctx), lim, &out, &n, err);
+	opus_jinja_free(t);
+	return out;
+}
+
+static void
+expect_out(const char *src, const char *ctx, const char *want)
+{
+	enum opus_status st;
+	struct opus_error err = {0};
+	char	   *out = render(src, ctx ? ctx : "{}", NULL, &st, &err);
+
+	CHECK(out && strcmp(out, want) == 0, "%s\n  want: [%s]\n  got:  [%s] %s", src, want,
+		  out ? out : "(error)", out ? "" : err.msg);
+	free(out);
+}
+
+static void
+expect_err(const char *src, const char *ctx, const struct opus_jinja_limits *lim,
+		   enum opus_status want, const char *msg_part)
+{
+	enum opus_status st;
+	struct opus_error err = {0};
+	char	   *out = render(src, ctx ? ctx : "{}", lim, &st, &err);
+
+	CHECK(out == NULL && st == want && strstr(err.msg, msg_part) != NULL,
+		  "%.60s: want status %d with \"%s\", got %d \"%s\"", src, want, msg_part, st, err.msg);
+	free(out);
+}
+
+static void
+test_semantics(void)
+{
+	/* whitespace control: trim_blocks, lstrip_blocks, -, + */
+	expect_out("a\n  {% if true %}\nb\n  {% endif %}\nc\n", NULL, "a\nb\nc");
+	expect_out("a  {%- if true -%}  b  {%- endif %}", NULL, "ab");
+	expect_out("x\n  {%+ if true %}y{% endif %}", NULL, "x\n  y");
+	expect_out("{# c #}\n  {# d #}\nz", NULL, "z");
+	expect_out("{% raw %}{{ x }}{% endraw %}", NULL, "{{ x }}");
+	/* str() of values, Python spelling */
+	expect_out("{{ none }} {{ true }} {{ 1.0 }} {{ 1e20 }} {{ 0.00001 }} {{ [1, 'a', none] }} {{ {'k': \"it's\"} }}",
+			   NULL, "None True 1.0 1e+20 1e-05 [1, 'a', None] {'k': \"it's\"}");
+	expect_out("{{ 7 // 2 }} {{ -7 // 2 }} {{ -7 % 3 }} {{ 7 / 2 }} {{ 2 ** 10 }} {{ 'ab' * 3 }}", NULL,
+			   "3 -4 2 3.5 1024 ababab");
+	/* slicing by code points */
+	expect_out("{{ s[1:] }}|{{ s[-2:] }}|{{ s[::-1] }}|{{ s[0] }}|{{ s|length }}", "{\"s\": \"h\xc3\xa9llo\"}",
+			   "\xc3\xa9llo|lo|oll\xc3\xa9h|h|5");
+	/* for loop scope, namespace, loop variables, else, break/continue */
+	expect_out("{% set x = 1 %}{% for i in [1,2] %}{% set x = i %}{% endfor %}{{ x }}", NULL, "1");
+	expect_out("{% set ns = namespace(x=1) %}{% for i in [1,2] %}{% set ns.x = i %}{% endfor %}{{ ns.x }}", NULL, "2");
+	expect_out("{% for i in 'abc' %}{{ loop.index }}{{ i }}{{ loop.last }}{% endfor %}", NULL, "1aFalse2bFalse3cTrue");
+	expect_out("{% for i in [] %}x{% else %}empty{% endfor %}", NULL, "empty");
+	expect_out("{% for i in range(10) if i is odd %}{% if i > 5 %}{% break %}{% endif %}{{ i }}{% endfor %}", NULL, "135");
+	expect_out("{% for k, v in d.items() %}{{ k }}={{ v }};{% endfor %}", "{\"d\": {\"b\": 1, \"a\": 2}}", "b=1;a=2;");
+	/* filters, tests, methods */
+	expect_out("{{ d|tojson }}|{{ d|tojson(indent=2) }}", "{\"d\": {\"a\": [1, 2.5, \"x\\\"\"], \"b\": null}}",
+			   "{\"a\": [1, 2.5, \"x\\\"\"], \"b\": null}|{\n  \"a\": [\n    1,\n    2.5,\n    \"x\\\"\"\n  ],\n  \"b\": null\n}");
+	expect_out("{{ '  x '|trim }}|{{ 'a,b,,c'.split(',') }}|{{ ' a  b '.split() }}|{{ 'Hello'.startswith(('x', 'He')) }}",
+			   NULL, "x|['a', 'b', '', 'c']|['a', 'b']|True");
+	expect_out("{{ m|selectattr('role', 'equalto', 'user')|map(attribute='content')|join(',') }}",
+			   "{\"m\": [{\"role\": \"user\", \"content\": \"a\"}, {\"role\": \"bot\", \"content\": \"b\"}, {\"role\": \"user\", \"content\": \"c\"}]}",
+			   "a,c");
+	expect_out("{{ x is defined }}{{ y is none }}{{ d.get('q', 3) }}{{ d.missing is defined }}{{ x|default('dflt') }}",
+			   "{\"y\": null, \"d\": {}}", "FalseTrue3Falsedflt");
+	expect_out("{% macro f(a, b='B') %}[{{ a }}{{ b }}]{% endmacro %}{{ f(1) }}{{ f(2, b=3) }}", NULL, "[1B][23]");
+}
+
+static void
+test_clock(void)
+{
+	struct opus_jinja_limits lim = {.now = NOW};
+	enum opus_status st;
+	struct opus_error err = {0};
+	char	   *out = render("{{ strftime_now('%d %b %Y') }}", "{}", &lim, &st, &err);
+
+	CHECK(out && strcmp(out, "15 Jan 2026") == 0, "strftime_now: %s", out ? out : err.msg);
+	free(out);
+}
+
+static void
+test_hostile(void)
+{
+	struct opus_jinja_limits small = {.max_steps = 100000, .max_output = 1 << 16,
+	.max_memory = 1 << 22, .max_depth = 64};
+	char	   *deep = malloc(100000);
+	size_t		k = 0;
+
+	expect_err("{% for i in range(1000000000) %}x{% endfor %}", NULL, &small, OPUS_ERR_TEMPLATE, "limit");
+	expect_err("{% for i in range(100) %}{% for j in range(100) %}{% for k in range(100) %}{% endfor %}{% endfor %}{% endfor %}",
+			   NULL, &small, OPUS_ERR_TEMPLATE, "step limit");
+	expect_err("{{ 'x' * 100000000 }}", NULL, &small, OPUS_ERR_TEMPLATE, "memory limit");
+	expect_err("{% for i in range(1000) %}{{ 'abcdefghij' * 100 }}{% endfor %}", NULL, &small, OPUS_ERR_TEMPLATE,
+			   "output over its limit");
+	expect_err("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}", NULL, &small, OPUS_ERR_TEMPLATE,
+			   "nested too deeply");
+	/* 10,000 nested parentheses, then ifs */
+	for (int i = 0; i < 10000; i++)
+		deep[k++] = '(';
+	deep[k++] = '1';
+	for (int i = 0; i < 10000; i++)
+		deep[k++] = ')';
+	deep[k] = '\0';
+	{
+		char	   *src = malloc(k + 16);
+
+		snprintf(src, k + 16, "{{ %s }}", deep);
+		expect_err(src, NULL, &small, OPUS_ERR_TEMPLATE, "nested too deeply");
+		free(src);
+	}
+	k = 0;
+	for (int i = 0; i < 5000; i++)
+		k += (size_t) sprintf(deep + k, "{%% if 1 %%}");
+	expect_err(deep, NULL, &small, OPUS_ERR_TEMPLATE, "nested too deeply");
+	free(deep);
+	/* malformed / unsupported: errors name the line */
+	expect_err("line1\n{{ x + }}", NULL, NULL, OPUS_ERR_TEMPLATE, "line 2");
+	expect_err("{% if x %}never closed", NULL, NULL, OPUS_ERR_TEMPLATE, "endif");
+	expect_err("{{ 'unterminated }}", NULL, NULL, OPUS_ERR_TEMPLATE, "unterminated");
+	expect_err("a\nb\n{{ x|no_such_filter }}", NULL, NULL, OPUS_ERR_UNSUPPORTED, "line 3: unsupported filter");
+	expect_err("{% include 'x' %}", NULL, NULL, OPUS_ERR_UNSUPPORTED, "unsupported statement 'include'");
+	expect_err("{{ raise_exception('bad role') }}", NULL, NULL, OPUS_ERR_TEMPLATE, "bad role");
+	expect_err("{{ x.y }}", NULL, NULL, OPUS_ERR_TEMPLATE, "undefined");
+	expect_err("{% set l = [] %}{{ l.append(1) }}", NULL, NULL, OPUS_ERR_TEMPLATE, "unsafe");
+	expect_err("{{ 1 }}", "[1]", NULL, OPUS_ERR_TEMPLATE, "not a JSON object");
+	expect_err("{{ 1 / 0 }}", NULL, NULL, OPUS_ERR_TEMPLATE, "division by zero");
+}
+
+int
+main(void)
+{
+	test_golden();
+	test_semantics();
+	test_clock();
+	test_hostile();
+	return UNIT_DONE();
+}
