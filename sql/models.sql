@@ -39,13 +39,19 @@ ALTER SYSTEM SET opus.models = 'a=/x.gguf;kv_cache_type=f32';
 ALTER SYSTEM SET opus.models = 'a=/x.gguf;device=tpu';
 ALTER SYSTEM SET opus.models = 'a=/x.gguf,,b=/y.gguf';
 ALTER SYSTEM SET opus.models = 'm1=/x,m2=/x,m3=/x,m4=/x,m5=/x,m6=/x,m7=/x,m8=/x';
+-- Fallbacks: another declared model (or default), with an objective.
+ALTER SYSTEM SET opus.models = 'a=/x.gguf;fallback=b;max_ttft=100';
+ALTER SYSTEM SET opus.models = 'a=/x.gguf;fallback=a;max_ttft=100';
+ALTER SYSTEM SET opus.models = 'a=/x.gguf;fallback=default';
+ALTER SYSTEM SET opus.models = 'a=/x.gguf;max_ttft=100';
+ALTER SYSTEM SET opus.models = 'a=/x.gguf;fallback=default;max_ttft=0';
 
 -- Two declared models whose files do not exist, one limited to a role.
 CREATE ROLE regress_opus_model_user;
 CREATE ROLE regress_opus_model_vip;
 GRANT regress_opus_model_vip TO regress_opus_model_user;
 CREATE ROLE regress_opus_model_other;
-ALTER SYSTEM SET opus.models = 'ghost = /nonexistent/ghost.gguf; threads = 1; kv_cache_size = 8, vip=/nonexistent/vip.gguf;role=regress_opus_model_vip';
+ALTER SYSTEM SET opus.models = 'ghost = /nonexistent/ghost.gguf; threads = 1; kv_cache_size = 8; fallback = default; max_ttft = 250, vip=/nonexistent/vip.gguf;role=regress_opus_model_vip';
 SELECT pg_reload_conf();
 DO $$
 BEGIN
@@ -54,7 +60,12 @@ BEGIN
         PERFORM pg_sleep(0.05);
     END LOOP;
 END $$;
-SELECT name, state, version, regexp_replace(path, '^.*/', '') AS file, role, last_error FROM opus_models ORDER BY name COLLATE "C";
+SELECT name, state, version, regexp_replace(path, '^.*/', '') AS file, role, last_error,
+       fallback, max_ttft_ms, overloaded, fallback_requests
+FROM opus_models ORDER BY name COLLATE "C";
+-- fallback => is accepted by every generation function.
+SELECT length(opus_generate('Hello', max_tokens => 2, temperature => 0, fallback => true)) > 0 AS ok;
+SELECT try($$SELECT opus_generate('x', model => 'ghost', fallback => false)$$);
 
 -- A model whose file is missing: 58P01 with the reason; the default still serves.
 SELECT try($$SELECT opus_generate('x', model => 'ghost')$$);

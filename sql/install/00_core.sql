@@ -17,12 +17,13 @@ CREATE FUNCTION @extschema@.opus_generate(
     repetition_penalty double precision DEFAULT 1.0,
     seed bigint DEFAULT NULL,
     stop text[] DEFAULT NULL,
-    model text DEFAULT NULL)
+    model text DEFAULT NULL,
+    fallback boolean DEFAULT NULL)
 RETURNS text
 AS 'MODULE_PATHNAME', 'opus_generate'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
-COMMENT ON FUNCTION @extschema@.opus_generate(text, integer, double precision, double precision, integer, double precision, double precision, double precision, double precision, bigint, text[], text)
+COMMENT ON FUNCTION @extschema@.opus_generate(text, integer, double precision, double precision, integer, double precision, double precision, double precision, double precision, bigint, text[], text, boolean)
 IS 'complete a prompt with the served model; max_tokens NULL means opus.default_max_tokens, seed NULL means random';
 
 CREATE FUNCTION @extschema@.opus_chat(
@@ -37,12 +38,13 @@ CREATE FUNCTION @extschema@.opus_chat(
     repetition_penalty double precision DEFAULT 1.0,
     seed bigint DEFAULT NULL,
     stop text[] DEFAULT NULL,
-    model text DEFAULT NULL)
+    model text DEFAULT NULL,
+    fallback boolean DEFAULT NULL)
 RETURNS text
 AS 'MODULE_PATHNAME', 'opus_chat'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
-COMMENT ON FUNCTION @extschema@.opus_chat(jsonb, integer, double precision, double precision, integer, double precision, double precision, double precision, double precision, bigint, text[], text)
+COMMENT ON FUNCTION @extschema@.opus_chat(jsonb, integer, double precision, double precision, integer, double precision, double precision, double precision, double precision, bigint, text[], text, boolean)
 IS 'answer OpenAI-style chat messages ([{"role": ..., "content": ...}]) with the model''s chat template';
 
 CREATE FUNCTION @extschema@.opus_completion(
@@ -57,12 +59,13 @@ CREATE FUNCTION @extschema@.opus_completion(
     repetition_penalty double precision DEFAULT 1.0,
     seed bigint DEFAULT NULL,
     stop text[] DEFAULT NULL,
-    model text DEFAULT NULL)
+    model text DEFAULT NULL,
+    fallback boolean DEFAULT NULL)
 RETURNS jsonb
 AS 'MODULE_PATHNAME', 'opus_completion'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
-COMMENT ON FUNCTION @extschema@.opus_completion(text, integer, double precision, double precision, integer, double precision, double precision, double precision, double precision, bigint, text[], text)
+COMMENT ON FUNCTION @extschema@.opus_completion(text, integer, double precision, double precision, integer, double precision, double precision, double precision, double precision, bigint, text[], text, boolean)
 IS 'like opus_generate, returning an OpenAI text_completion object with finish_reason, usage and timings';
 
 CREATE FUNCTION @extschema@.opus_chat_completion(
@@ -77,12 +80,13 @@ CREATE FUNCTION @extschema@.opus_chat_completion(
     repetition_penalty double precision DEFAULT 1.0,
     seed bigint DEFAULT NULL,
     stop text[] DEFAULT NULL,
-    model text DEFAULT NULL)
+    model text DEFAULT NULL,
+    fallback boolean DEFAULT NULL)
 RETURNS jsonb
 AS 'MODULE_PATHNAME', 'opus_chat_completion'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
-COMMENT ON FUNCTION @extschema@.opus_chat_completion(jsonb, integer, double precision, double precision, integer, double precision, double precision, double precision, double precision, bigint, text[], text)
+COMMENT ON FUNCTION @extschema@.opus_chat_completion(jsonb, integer, double precision, double precision, integer, double precision, double precision, double precision, double precision, bigint, text[], text, boolean)
 IS 'like opus_chat, returning an OpenAI chat.completion object with finish_reason, usage and timings';
 
 CREATE FUNCTION @extschema@.opus_tokenize(input text)

@@ -19,12 +19,13 @@ CREATE FUNCTION @extschema@.opus_submit(
     seed bigint DEFAULT NULL,
     stop text[] DEFAULT NULL,
     detached boolean DEFAULT true,
-    model text DEFAULT NULL)
+    model text DEFAULT NULL,
+    fallback boolean DEFAULT NULL)
 RETURNS bigint
 AS 'MODULE_PATHNAME', 'opus_submit'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
-COMMENT ON FUNCTION @extschema@.opus_submit(text, integer, double precision, double precision, integer, double precision, double precision, double precision, double precision, bigint, text[], boolean, text)
+COMMENT ON FUNCTION @extschema@.opus_submit(text, integer, double precision, double precision, integer, double precision, double precision, double precision, double precision, bigint, text[], boolean, text, boolean)
 IS 'queue a completion of prompt and return its request id at once; detached => false cancels it if the session ends or a transaction of the session aborts before the result is read';
 
 CREATE FUNCTION @extschema@.opus_submit_chat(
@@ -40,12 +41,13 @@ CREATE FUNCTION @extschema@.opus_submit_chat(
     seed bigint DEFAULT NULL,
     stop text[] DEFAULT NULL,
     detached boolean DEFAULT true,
-    model text DEFAULT NULL)
+    model text DEFAULT NULL,
+    fallback boolean DEFAULT NULL)
 RETURNS bigint
 AS 'MODULE_PATHNAME', 'opus_submit_chat'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
-COMMENT ON FUNCTION @extschema@.opus_submit_chat(jsonb, integer, double precision, double precision, integer, double precision, double precision, double precision, double precision, bigint, text[], boolean, text)
+COMMENT ON FUNCTION @extschema@.opus_submit_chat(jsonb, integer, double precision, double precision, integer, double precision, double precision, double precision, double precision, bigint, text[], boolean, text, boolean)
 IS 'queue an answer to OpenAI-style chat messages and return its request id at once';
 
 CREATE FUNCTION @extschema@.opus_result(
@@ -124,13 +126,14 @@ CREATE FUNCTION @extschema@.opus_generate_many(
     seed bigint DEFAULT NULL,
     stop text[] DEFAULT NULL,
     "window" integer DEFAULT NULL,
-    model text DEFAULT NULL)
+    model text DEFAULT NULL,
+    fallback boolean DEFAULT NULL)
 RETURNS TABLE(ordinal integer, output text, finish_reason text,
               prompt_tokens integer, completion_tokens integer)
 AS 'MODULE_PATHNAME', 'opus_generate_many'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
-COMMENT ON FUNCTION @extschema@.opus_generate_many(text[], integer, double precision, double precision, integer, double precision, double precision, double precision, double precision, bigint, text[], integer, text)
+COMMENT ON FUNCTION @extschema@.opus_generate_many(text[], integer, double precision, double precision, integer, double precision, double precision, double precision, double precision, bigint, text[], integer, text, boolean)
 IS 'complete every prompt, keeping "window" requests in flight so the engine batches them (NULL: up to 16); one row per prompt, in input order; any failure raises and cancels the rest';
 
 CREATE FUNCTION @extschema@.opus_chat_many(
@@ -146,13 +149,14 @@ CREATE FUNCTION @extschema@.opus_chat_many(
     seed bigint DEFAULT NULL,
     stop text[] DEFAULT NULL,
     "window" integer DEFAULT NULL,
-    model text DEFAULT NULL)
+    model text DEFAULT NULL,
+    fallback boolean DEFAULT NULL)
 RETURNS TABLE(ordinal integer, output text, finish_reason text,
               prompt_tokens integer, completion_tokens integer)
 AS 'MODULE_PATHNAME', 'opus_chat_many'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
-COMMENT ON FUNCTION @extschema@.opus_chat_many(jsonb[], integer, double precision, double precision, integer, double precision, double precision, double precision, double precision, bigint, text[], integer, text)
+COMMENT ON FUNCTION @extschema@.opus_chat_many(jsonb[], integer, double precision, double precision, integer, double precision, double precision, double precision, double precision, bigint, text[], integer, text, boolean)
 IS 'answer every conversation (each an OpenAI-style messages array) like opus_generate_many';
 
 -- The keyed form: items is a JSON array of {"key": any, "prompt": text}, as
@@ -170,7 +174,8 @@ CREATE FUNCTION @extschema@.opus_generate_keyed(
     seed bigint DEFAULT NULL,
     stop text[] DEFAULT NULL,
     "window" integer DEFAULT NULL,
-    model text DEFAULT NULL)
+    model text DEFAULT NULL,
+    fallback boolean DEFAULT NULL)
 RETURNS TABLE(key jsonb, output text, finish_reason text,
               prompt_tokens integer, completion_tokens integer)
 LANGUAGE sql VOLATILE PARALLEL UNSAFE
@@ -182,9 +187,9 @@ AS $$
               FROM pg_catalog.jsonb_array_elements(items) WITH ORDINALITY AS e(value, n)
               ORDER BY e.n),
         max_tokens, temperature, top_p, top_k, min_p, presence_penalty,
-        frequency_penalty, repetition_penalty, seed, stop, "window", model) AS g
+        frequency_penalty, repetition_penalty, seed, stop, "window", model, fallback) AS g
     ORDER BY g.ordinal
 $$;
 
-COMMENT ON FUNCTION @extschema@.opus_generate_keyed(jsonb, integer, double precision, double precision, integer, double precision, double precision, double precision, double precision, bigint, text[], integer, text)
+COMMENT ON FUNCTION @extschema@.opus_generate_keyed(jsonb, integer, double precision, double precision, integer, double precision, double precision, double precision, double precision, bigint, text[], integer, text, boolean)
 IS 'opus_generate_many over a JSON array of {"key": ..., "prompt": ...}; returns each item''s key with its output, in input order';

@@ -22,7 +22,12 @@ CREATE FUNCTION @extschema@.opus_models_v1(
     OUT probation_until timestamp with time zone,
     OUT rollbacks bigint,
     OUT role text,
-    OUT swapping_to text)
+    OUT swapping_to text,
+    OUT fallback text,
+    OUT max_ttft_ms integer,
+    OUT overloaded boolean,
+    OUT recent_ttft_ms double precision,
+    OUT fallback_requests bigint)
 RETURNS SETOF record
 AS 'MODULE_PATHNAME', 'opus_models_v1'
 LANGUAGE C VOLATILE PARALLEL RESTRICTED;

@@ -235,21 +235,27 @@ OpusParseOptions(FunctionCallInfo fcinfo, OpusRequest *req)
 }
 
 /*
- * The model argument `argno` (text, NULL = the default model) into req:
- * 42704 for an unknown name, 42501 for a model the role may not use.
- * A function without that argument uses the default model.
+ * The model argument `argno` (text, NULL = the default model) and the
+ * fallback argument after it (boolean; NULL = only batch-class requests
+ * may go to the model's fallback under overload) into req: 42704 for an
+ * unknown name, 42501 for a model the role may not use.  A function
+ * without those arguments uses the default model.
  */
 void
 OpusParseModelArg(FunctionCallInfo fcinfo, int argno, OpusRequest *req)
 {
 	req->model = 0;
 	req->model_epoch = 0;
+	req->fallback = -1;
 	if (argno < PG_NARGS() && !PG_ARGISNULL(argno))
 	{
 		char	   *name = text_to_cstring(PG_GETARG_TEXT_PP(argno));
 
 		req->model = OpusLookupModel(name, &req->model_epoch, NULL, 0);
 	}
+	/* fallback => follows model => */
+	if (argno + 1 < PG_NARGS() && !PG_ARGISNULL(argno + 1))
+		req->fallback = PG_GETARG_BOOL(argno + 1) ? 1 : 0;
 }
 
 /* what_is: "prompt is", "chat messages are", ... */
@@ -436,7 +442,7 @@ OpusCompletionJsonb(bool chat, const OpusResult *res)
 					 (unsigned int) (res->request_id >> 32),
 					 chat ? "chat.completion" : "text_completion",
 					 (long long) time(NULL));
-	escape_json(&buf, served_model_name(res->model));
+	escape_json(&buf, served_model_name(res->served_model));
 	appendStringInfo(&buf, ", \"model_version\": %d", res->served_version);
 	appendStringInfoString(&buf, ", \"choices\": [{\"index\": 0, ");
 	if (chat)

@@ -18,7 +18,9 @@
  *
  * options: device, threads, kv_cache_size (MB), kv_cache_type (f16 or
  * q8_0), max_batch_tokens, role (only members of that role may use the
- * model).  Names are lower-case identifiers, unique, not "default".  The
+ * model), fallback (another declared model, or "default") with max_ttft
+ * (ms; while the model's time to first token misses it, requests that
+ * allow it go to the fallback).  Names are lower-case identifiers, unique, not "default".  The
  * check hook refuses a malformed value, so a reload never half-applies.
  * See docs/models.md.
  */
@@ -153,6 +155,23 @@ parse_option(const char *opt, OpusModelDecl *d, char *err, size_t errlen)
 			return false;
 		}
 	}
+	else if (strcmp(key, "fallback") == 0)
+	{
+		if (!valid_model_name(val, strlen(val)))
+		{
+			snprintf(err, errlen, "Model \"%s\": fallback must name a model.", d->name);
+			return false;
+		}
+		strlcpy(d->fallback, val, sizeof(d->fallback));
+	}
+	else if (strcmp(key, "max_ttft") == 0)
+	{
+		if (!parse_int_opt(val, 1, 3600000, &d->max_ttft_ms))
+		{
+			snprintf(err, errlen, "Model \"%s\": max_ttft must be a number of milliseconds (1 to 3600000).", d->name);
+			return false;
+		}
+	}
 	else if (strcmp(key, "role") == 0)
 	{
 		if (val[0] == '\0' || strlen(val) >= NAMEDATALEN)
@@ -164,7 +183,7 @@ parse_option(const char *opt, OpusModelDecl *d, char *err, size_t errlen)
 	}
 	else
 	{
-		snprintf(err, errlen, "Model \"%s\": unknown option \"%s\" (known: device, threads, kv_cache_size, kv_cache_type, max_batch_tokens, role).",
+		snprintf(err, errlen, "Model \"%s\": unknown option \"%s\" (known: device, threads, kv_cache_size, kv_cache_type, max_batch_tokens, role, fallback, max_ttft).",
 				 d->name, key);
 		return false;
 	}
@@ -263,6 +282,43 @@ OpusParseModels(const char *value, OpusModelDecl *out, int *n_out,
 		}
 		n++;
 	}
+	/* fallbacks name another declared model (or the default) */
+	{
+		int			k,
+					j;
+
+		for (k = 0; k < n; k++)
+		{
+			bool		found = strcmp(out[k].fallback, "default") == 0;
+
+			if (out[k].fallback[0] == '\0')
+			{
+				if (out[k].max_ttft_ms > 0)
+				{
+					snprintf(err, errlen, "Model \"%s\": max_ttft needs a fallback.", out[k].name);
+					return false;
+				}
+				continue;
+			}
+			if (strcmp(out[k].fallback, out[k].name) == 0)
+			{
+				snprintf(err, errlen, "Model \"%s\" cannot be its own fallback.", out[k].name);
+				return false;
+			}
+			for (j = 0; j < n; j++)
+				found |= strcmp(out[j].name, out[k].fallback) == 0;
+			if (!found)
+			{
+				snprintf(err, errlen, "Model \"%s\": fallback \"%s\" is not declared.", out[k].name, out[k].fallback);
+				return false;
+			}
+			if (out[k].max_ttft_ms <= 0)
+			{
+				snprintf(err, errlen, "Model \"%s\": a fallback needs max_ttft (the objective that sends requests to it).", out[k].name);
+				return false;
+			}
+		}
+	}
 	*n_out = n;
 	return true;
 }
@@ -287,7 +343,7 @@ OpusDefineModelSettings(bool preloading)
 {
 	DefineCustomStringVariable("opus.models",
 							   "Named models served beside the default one: name=path[;option=value...], ...",
-							   "Options: device, threads, kv_cache_size, kv_cache_type, max_batch_tokens, role. "
+							   "Options: device, threads, kv_cache_size, kv_cache_type, max_batch_tokens, role, fallback, max_ttft. "
 							   "Each model gets its own engine; see docs/models.md.",
 							   &opus_models,
 							   "",
@@ -421,7 +477,7 @@ process_rss(int pid)
 	return r;
 }
 
-#define MODELS_COLS 21
+#define MODELS_COLS 26
 
 /*
  * opus_models_v1(): one row per model entry in use.  Paths and errors
@@ -490,6 +546,14 @@ opus_models_v1(PG_FUNCTION_ARGS)
 		nulls[19] = snap.role[0] == '\0';
 		values[20] = CStringGetTextDatum(snap.swap_path);
 		nulls[20] = !see_paths || snap.swap_state == OPUS_SWAP_NONE || snap.swap_path[0] == '\0';
+		values[21] = CStringGetTextDatum(snap.fallback);
+		nulls[21] = snap.fallback[0] == '\0';
+		values[22] = Int32GetDatum(snap.max_ttft_ms);
+		nulls[22] = snap.max_ttft_ms <= 0;
+		values[23] = BoolGetDatum(snap.overloaded);
+		values[24] = Float8GetDatum(snap.recent_ttft_ms);
+		nulls[24] = snap.max_ttft_ms <= 0;
+		values[25] = Int64GetDatum(snap.fallbacks);
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 	}
 	return (Datum) 0;

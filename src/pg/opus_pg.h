@@ -81,6 +81,9 @@ typedef struct OpusSlot
 	uint8		kind;			/* enum opus_proto_kind */
 	uint8		model;			/* model entry the request is for (0 = default) */
 	uint32		model_epoch;	/* that entry's epoch when the backend chose it */
+	int8		fallback;		/* may go to the fallback model: 1 yes, 0 no, -1 = batch class only */
+	int32		priority;		/* the session's class at submission (opus.priority) */
+	uint8		served_model;	/* model entry that served it (supervisor) */
 	TimestampTz submit_time;
 	bool		async;			/* opus_submit: outlives the call (async.c) */
 	TimestampTz finish_time;	/* when it became DONE/ERROR (supervisor) */
@@ -144,6 +147,12 @@ typedef struct OpusEngineStatus
 	int64		weights_bytes;	/* model file size */
 	int64		kv_bytes;		/* KV arena size */
 	int			threads;
+	/* fallback under overload (declared with fallback= and max_ttft=) */
+	char		fallback[OPUS_MODEL_NAME_LEN];	/* "" = none */
+	int			max_ttft_ms;	/* time-to-first-token objective, 0 = none */
+	bool		overloaded;		/* the objective is missed now */
+	double		recent_ttft_ms; /* the signal: slowest waiting / recent mean */
+	int64		fallbacks;		/* requests sent to the fallback instead */
 	/* requests from SQL (opus_model_swap / opus_model_rollback) */
 	bool		swap_requested;
 	bool		rollback_requested;
@@ -203,6 +212,8 @@ typedef struct OpusModelDecl
 	char		setting[OPUS_PROTO_PATH_LEN];	/* path or installed name */
 	char		device[OPUS_PROTO_SHORT_LEN];	/* "" = opus.device */
 	char		role[NAMEDATALEN];	/* "" = everyone */
+	char		fallback[OPUS_MODEL_NAME_LEN];	/* "" = none */
+	int			max_ttft_ms;	/* 0 = no objective */
 	int			threads;		/* 0 = a share of the cores */
 	int			kv_cache_size_mb;	/* 0 = opus.kv_cache_size */
 	int			kv_cache_type;	/* -1 = opus.kv_cache_type */
@@ -242,6 +253,7 @@ typedef struct OpusRequest
 	/* the model entry it is for (OpusLookupModel), 0 = the default */
 	int			model;
 	uint32		model_epoch;
+	int			fallback;		/* 1, 0, -1 = by class (fallback => NULL) */
 } OpusRequest;
 
 typedef struct OpusResult
@@ -257,7 +269,8 @@ typedef struct OpusResult
 	double		ttft_ms;
 	double		total_ms;
 	double		elapsed_ms;		/* as seen by the backend, claim to result */
-	int			model;			/* model entry that served it */
+	int			model;			/* model entry asked for */
+	int			served_model;	/* model entry that served it (a fallback?) */
 	int32		served_version; /* its version then */
 } OpusResult;
 

@@ -281,6 +281,9 @@ OpusSubmitSlot(OpusSlot *slot, const OpusRequest *req, TimestampTz start)
 	slot->err_code = 0;
 	slot->model = (uint8) req->model;
 	slot->model_epoch = req->model_epoch;
+	slot->fallback = (int8) req->fallback;
+	slot->priority = opus_priority_value;
+	slot->served_model = (uint8) req->model;
 	slot->served_version = 0;
 	slot->submit_time = start;
 	OpusStatsSlotFilled(OpusSlotIndexFromId(slot->request_id), slot->request_id, req);
@@ -332,6 +335,7 @@ OpusCollectResult(OpusSlot *slot, OpusResult *res, char *err_message, char *err_
 	res->ttft_ms = slot->ttft_ms;
 	res->total_ms = slot->total_ms;
 	res->model = slot->model;
+	res->served_model = slot->served_model;
 	res->served_version = slot->served_version;
 	return 0;
 }

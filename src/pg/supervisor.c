@@ -166,6 +166,11 @@ typedef struct ModelCtl
 	TimestampTz probation_until;
 	int64		probation_done;
 	int64		probation_errors;
+	/* fallback under overload */
+	int			fallback;		/* model entry, -1 = none */
+	double		ttft_ewma;		/* recent time to first token (ms) */
+	TimestampTz last_done;
+	bool		overloaded;
 } ModelCtl;
 
 static ModelCtl models[OPUS_MAX_MODELS];
@@ -173,6 +178,8 @@ static uint64 *sent_id;
 static EngineProc **sent_proc;
 static bool *cancel_sent;
 static bool *overflowed;
+static TimestampTz *sent_at;	/* when slot i went to its engine */
+static bool *first_token;		/* slot i's request has produced a token */
 static WaitEventSet *wes = NULL;
 static bool wes_dirty = true;
 
@@ -1535,6 +1542,13 @@ finish_slot(EngineProc *p, int i, const struct opus_proto_done *d)
 			d->code != OPUS_PROTO_ERR_TEMPLATE)
 			mc->probation_errors++;
 	}
+	/* the time-to-first-token signal of the model (fallback under overload) */
+	if (PROC_IS_SERVING(p) && d->finish != OPUS_PROTO_FINISH_ERROR &&
+		d->finish != OPUS_PROTO_FINISH_CANCELLED && d->ttft_ms >= 0)
+	{
+		mc->ttft_ewma = mc->last_done == 0 ? d->ttft_ms : 0.7 * mc->ttft_ewma + 0.3 * d->ttft_ms;
+		mc->last_done = GetCurrentTimestamp();
+	}
 	OpusStatsRequestDone(i, d, error);
 	slot->finish_time = GetCurrentTimestamp();
 	pg_write_barrier();
@@ -1665,7 +1679,11 @@ handle_engine_frame(EngineProc *p, const struct opus_proto_header *h, const uint
 					return "PROGRESS for an unknown request id";
 				i = slot_for_id(p, h->id);
 				if (i >= 0)
+				{
 					OpusStatsRequestProgress(i, &pr);
+					if (pr.phase == OPUS_PROTO_PHASE_DECODE)
+						first_token[i] = true;
+				}
 				return NULL;
 			}
 		case OPUS_MSG_PONG:
@@ -1686,6 +1704,7 @@ handle_engine_frame(EngineProc *p, const struct opus_proto_header *h, const uint
 				return NULL;	/* a request we no longer care about */
 			if ((OpusGetSlot(i)->kind == OPUS_KIND_TOKENIZE) != (h->type == OPUS_MSG_TOKENS))
 				return "result frame of the wrong type for the request";
+			first_token[i] = true;
 			append_result(p, i, h->id, (const char *) payload, h->length);
 			return NULL;
 		case OPUS_MSG_DONE:
@@ -1795,11 +1814,84 @@ read_engine(EngineProc *p)
  * Slots -> engines
  * --------------------------------------------------------------------- */
 
+/*
+ * Is model m missing its time-to-first-token objective now?  The signal is
+ * the larger of the longest wait of a request it holds that has no token
+ * yet, and the mean of recent requests' times to first token (completions
+ * of the last 2 s).  Published in the entry, logged when it changes.
+ */
+static void
+update_overload(int m, TimestampTz now)
+{
+	ModelCtl   *mc = &models[m];
+	EngineProc *p = &mc->procs[mc->cur];
+	OpusEngineStatus *e = OpusModel(m);
+	double		oldest = 0;
+	double		signal;
+	bool		over;
+	int			i;
+
+	if (mc->fallback < 0 || mc->decl.max_ttft_ms <= 0)
+		return;
+	for (i = 0; i < OpusShared->n_slots; i++)
+		if (sent_id[i] != 0 && sent_proc[i] == p && !first_token[i])
+			oldest = Max(oldest, (double) (now - sent_at[i]) / 1000.0);
+	signal = oldest;
+	if (mc->last_done != 0 && !TimestampDifferenceExceeds(mc->last_done, now, 2000))
+		signal = Max(signal, mc->ttft_ewma);
+	over = signal > mc->decl.max_ttft_ms;
+	SpinLockAcquire(&e->mutex);
+	e->overloaded = over;
+	e->recent_ttft_ms = signal;
+	SpinLockRelease(&e->mutex);
+	if (over != mc->overloaded)
+		ereport(LOG,
+				(errmsg(over ? "opus_pg: model \"%s\" misses its time-to-first-token objective (%.0f ms > %d ms); requests that allow it go to \"%s\"" :
+						"opus_pg: model \"%s\" meets its time-to-first-token objective again (%.0f ms <= %d ms); requests stay with it (fallback \"%s\")",
+						model_label(m), signal, mc->decl.max_ttft_ms,
+						mc->fallback == 0 ? "default" : models[mc->fallback].decl.name)));
+	mc->overloaded = over;
+}
+
+/*
+ * The model a SUBMITTED slot for model m goes to: m, or m's fallback
+ * while m is overloaded, the request allows it (fallback => true, or NULL
+ * and a batch-class session), it is a generation, and the fallback is
+ * ready.
+ */
+static int
+route_request(OpusSlot *slot, int m)
+{
+	ModelCtl   *mc = &models[m];
+	int			f = mc->fallback;
+	bool		allowed;
+	OpusEngineState fstate;
+
+	if (f < 0 || !mc->overloaded || !models[f].declared || models[f].removing)
+		return m;
+	if (slot->kind != OPUS_KIND_GENERATE && slot->kind != OPUS_KIND_CHAT)
+		return m;
+	allowed = slot->fallback == 1 ||
+		(slot->fallback == -1 && slot->priority >= OPUS_PRIORITY_BATCH);
+	if (!allowed)
+		return m;
+	SpinLockAcquire(&OpusModel(f)->mutex);
+	fstate = OpusModel(f)->state;
+	SpinLockRelease(&OpusModel(f)->mutex);
+	if (fstate != OPUS_ENGINE_READY || !models[f].procs[models[f].cur].ready)
+		return m;
+	return f;
+}
+
 static void
 process_slots(void)
 {
 	int			i;
+	TimestampTz now = GetCurrentTimestamp();
 
+	for (i = 0; i < OPUS_MAX_MODELS; i++)
+		if (models[i].declared)
+			update_overload(i, now);
 	for (i = 0; i < OpusShared->n_slots; i++)
 	{
 		OpusSlot   *slot = OpusGetSlot(i);
@@ -1826,6 +1918,7 @@ process_slots(void)
 						  "The model the request named was removed from opus.models before the request was sent.");
 				continue;
 			}
+			m = route_request(slot, m);
 			mc = &models[m];
 			p = &mc->procs[mc->cur];
 			e = OpusModel(m);
@@ -1836,13 +1929,18 @@ process_slots(void)
 			{
 				pg_read_barrier();
 				slot->result_len = 0;
+				slot->served_model = (uint8) m;
 				SpinLockAcquire(&e->mutex);
 				slot->served_version = e->version;
+				if (m != slot->model)
+					e->fallbacks++;
 				SpinLockRelease(&e->mutex);
 				send_frame(p, OPUS_MSG_SUBMIT, id, OpusSlotBuf(slot), slot->payload_len);
 				OpusStatsRequestSent(i);
 				sent_id[i] = id;
 				sent_proc[i] = p;
+				sent_at[i] = GetCurrentTimestamp();
+				first_token[i] = false;
 				cancel_sent[i] = false;
 				overflowed[i] = false;
 				SpinLockAcquire(&slot->mutex);
@@ -1965,7 +2063,9 @@ apply_declarations(void)
 				e->swap_state = OPUS_SWAP_NONE;
 				e->swap_path[0] = e->prev_path[0] = '\0';
 				e->probation_until = 0;
-				e->rollbacks = e->restarts = e->starts = 0;
+				e->rollbacks = e->restarts = e->starts = e->fallbacks = 0;
+				e->overloaded = false;
+				e->recent_ttft_ms = 0;
 				e->ever_ready = false;
 				e->last_err_code = 0;
 				e->last_error[0] = e->last_error_detail[0] = e->last_exit[0] = '\0';
@@ -1989,6 +2089,10 @@ apply_declarations(void)
 			strlcpy(e->role, decl[k].role, sizeof(e->role));
 			SpinLockRelease(&e->mutex);
 		}
+		SpinLockAcquire(&OpusModel(found)->mutex);
+		strlcpy(OpusModel(found)->fallback, decl[k].fallback, sizeof(OpusModel(found)->fallback));
+		OpusModel(found)->max_ttft_ms = decl[k].max_ttft_ms;
+		SpinLockRelease(&OpusModel(found)->mutex);
 		keep[found] = true;
 	}
 	for (m = 1; m < OPUS_MAX_MODELS; m++)
@@ -2006,6 +2110,23 @@ apply_declarations(void)
 			if (models[m].swap == OPUS_SWAP_LOADING || models[m].swap == OPUS_SWAP_WARMING)
 				swap_failed(m, "swap abandoned: the model was removed", NULL);
 		}
+
+	/* fallbacks by entry */
+	for (m = 0; m < OPUS_MAX_MODELS; m++)
+	{
+		ModelCtl   *mc = &models[m];
+		int			f;
+
+		mc->fallback = -1;
+		if (!mc->declared || mc->removing || mc->decl.fallback[0] == '\0')
+			continue;
+		if (strcmp(mc->decl.fallback, "default") == 0)
+			mc->fallback = 0;
+		for (f = 1; f < OPUS_MAX_MODELS; f++)
+			if (models[f].declared && !models[f].removing &&
+				strcmp(models[f].decl.name, mc->decl.fallback) == 0)
+				mc->fallback = f;
+	}
 
 	/* settings changes of running engines: restart when idle */
 	for (m = 0; m < OPUS_MAX_MODELS; m++)
@@ -2107,6 +2228,7 @@ OpusSupervisorMain(Datum arg)
 		models[m].backoff_ms = BACKOFF_MIN_MS;
 		models[m].applied.threads = -1;
 		models[m].decl.kv_cache_type = -1;	/* entry 0: opus.* throughout */
+		models[m].fallback = -1;
 		for (k = 0; k < 2; k++)
 		{
 			models[m].procs[k].model = m;
@@ -2130,6 +2252,8 @@ OpusSupervisorMain(Datum arg)
 	sent_proc = MemoryContextAllocZero(TopMemoryContext, sizeof(EngineProc *) * OpusShared->n_slots);
 	cancel_sent = MemoryContextAllocZero(TopMemoryContext, sizeof(bool) * OpusShared->n_slots);
 	overflowed = MemoryContextAllocZero(TopMemoryContext, sizeof(bool) * OpusShared->n_slots);
+	sent_at = MemoryContextAllocZero(TopMemoryContext, sizeof(TimestampTz) * OpusShared->n_slots);
+	first_token = MemoryContextAllocZero(TopMemoryContext, sizeof(bool) * OpusShared->n_slots);
 	rebuild_wait_set();
 
 	recover_slots();
@@ -2206,6 +2330,9 @@ OpusSupervisorMain(Datum arg)
 			if (mc->swap == OPUS_SWAP_DRAINING || mc->removing || mc->reload_pending ||
 				mc->prev_path[0] != '\0')
 				timeout = timeout < 0 ? 1000 : Min(timeout, 1000);
+			/* an overload ends without any frame arriving: look again */
+			if (mc->overloaded)
+				timeout = timeout < 0 ? 250 : Min(timeout, 250);
 		}
 
 		nevents = WaitEventSetWait(wes, timeout, events, lengthof(events), PG_WAIT_EXTENSION);

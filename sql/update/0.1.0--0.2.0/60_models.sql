@@ -1,7 +1,8 @@
 -- 0.1.0 -> 0.2.0: several models (sql/install/60_models.sql, docs/models.md).
--- The generation functions gain a last argument, model text DEFAULT NULL:
--- dropped and created again with the text of sql/install/00_core.sql and
--- 20_async.sql (opus_generate_keyed first: it calls opus_generate_many).
+-- The generation functions gain two last arguments, model text and fallback
+-- boolean (both DEFAULT NULL): dropped and created again with the text of
+-- sql/install/00_core.sql and 20_async.sql (opus_generate_keyed first: it
+-- calls opus_generate_many).
 DROP FUNCTION @extschema@.opus_generate(text, integer, double precision, double precision, integer, double precision, double precision, double precision, double precision, bigint, text[]);
 DROP FUNCTION @extschema@.opus_chat(jsonb, integer, double precision, double precision, integer, double precision, double precision, double precision, double precision, bigint, text[]);
 DROP FUNCTION @extschema@.opus_completion(text, integer, double precision, double precision, integer, double precision, double precision, double precision, double precision, bigint, text[]);
@@ -24,12 +25,13 @@ CREATE FUNCTION @extschema@.opus_generate(
     repetition_penalty double precision DEFAULT 1.0,
     seed bigint DEFAULT NULL,
     stop text[] DEFAULT NULL,
-    model text DEFAULT NULL)
+    model text DEFAULT NULL,
+    fallback boolean DEFAULT NULL)
 RETURNS text
 AS 'MODULE_PATHNAME', 'opus_generate'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
-COMMENT ON FUNCTION @extschema@.opus_generate(text, integer, double precision, double precision, integer, double precision, double precision, double precision, double precision, bigint, text[], text)
+COMMENT ON FUNCTION @extschema@.opus_generate(text, integer, double precision, double precision, integer, double precision, double precision, double precision, double precision, bigint, text[], text, boolean)
 IS 'complete a prompt with the served model; max_tokens NULL means opus.default_max_tokens, seed NULL means random';
 
 CREATE FUNCTION @extschema@.opus_chat(
@@ -44,12 +46,13 @@ CREATE FUNCTION @extschema@.opus_chat(
     repetition_penalty double precision DEFAULT 1.0,
     seed bigint DEFAULT NULL,
     stop text[] DEFAULT NULL,
-    model text DEFAULT NULL)
+    model text DEFAULT NULL,
+    fallback boolean DEFAULT NULL)
 RETURNS text
 AS 'MODULE_PATHNAME', 'opus_chat'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
-COMMENT ON FUNCTION @extschema@.opus_chat(jsonb, integer, double precision, double precision, integer, double precision, double precision, double precision, double precision, bigint, text[], text)
+COMMENT ON FUNCTION @extschema@.opus_chat(jsonb, integer, double precision, double precision, integer, double precision, double precision, double precision, double precision, bigint, text[], text, boolean)
 IS 'answer OpenAI-style chat messages ([{"role": ..., "content": ...}]) with the model''s chat template';
 
 CREATE FUNCTION @extschema@.opus_completion(
@@ -64,12 +67,13 @@ CREATE FUNCTION @extschema@.opus_completion(
     repetition_penalty double precision DEFAULT 1.0,
     seed bigint DEFAULT NULL,
     stop text[] DEFAULT NULL,
-    model text DEFAULT NULL)
+    model text DEFAULT NULL,
+    fallback boolean DEFAULT NULL)
 RETURNS jsonb
 AS 'MODULE_PATHNAME', 'opus_completion'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
-COMMENT ON FUNCTION @extschema@.opus_completion(text, integer, double precision, double precision, integer, double precision, double precision, double precision, double precision, bigint, text[], text)
+COMMENT ON FUNCTION @extschema@.opus_completion(text, integer, double precision, double precision, integer, double precision, double precision, double precision, double precision, bigint, text[], text, boolean)
 IS 'like opus_generate, returning an OpenAI text_completion object with finish_reason, usage and timings';
 
 CREATE FUNCTION @extschema@.opus_chat_completion(
@@ -84,12 +88,13 @@ CREATE FUNCTION @extschema@.opus_chat_completion(
     repetition_penalty double precision DEFAULT 1.0,
     seed bigint DEFAULT NULL,
     stop text[] DEFAULT NULL,
-    model text DEFAULT NULL)
+    model text DEFAULT NULL,
+    fallback boolean DEFAULT NULL)
 RETURNS jsonb
 AS 'MODULE_PATHNAME', 'opus_chat_completion'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
-COMMENT ON FUNCTION @extschema@.opus_chat_completion(jsonb, integer, double precision, double precision, integer, double precision, double precision, double precision, double precision, bigint, text[], text)
+COMMENT ON FUNCTION @extschema@.opus_chat_completion(jsonb, integer, double precision, double precision, integer, double precision, double precision, double precision, double precision, bigint, text[], text, boolean)
 IS 'like opus_chat, returning an OpenAI chat.completion object with finish_reason, usage and timings';
 
 CREATE FUNCTION @extschema@.opus_submit(
@@ -105,12 +110,13 @@ CREATE FUNCTION @extschema@.opus_submit(
     seed bigint DEFAULT NULL,
     stop text[] DEFAULT NULL,
     detached boolean DEFAULT true,
-    model text DEFAULT NULL)
+    model text DEFAULT NULL,
+    fallback boolean DEFAULT NULL)
 RETURNS bigint
 AS 'MODULE_PATHNAME', 'opus_submit'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
-COMMENT ON FUNCTION @extschema@.opus_submit(text, integer, double precision, double precision, integer, double precision, double precision, double precision, double precision, bigint, text[], boolean, text)
+COMMENT ON FUNCTION @extschema@.opus_submit(text, integer, double precision, double precision, integer, double precision, double precision, double precision, double precision, bigint, text[], boolean, text, boolean)
 IS 'queue a completion of prompt and return its request id at once; detached => false cancels it if the session ends or a transaction of the session aborts before the result is read';
 
 CREATE FUNCTION @extschema@.opus_submit_chat(
@@ -126,12 +132,13 @@ CREATE FUNCTION @extschema@.opus_submit_chat(
     seed bigint DEFAULT NULL,
     stop text[] DEFAULT NULL,
     detached boolean DEFAULT true,
-    model text DEFAULT NULL)
+    model text DEFAULT NULL,
+    fallback boolean DEFAULT NULL)
 RETURNS bigint
 AS 'MODULE_PATHNAME', 'opus_submit_chat'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
-COMMENT ON FUNCTION @extschema@.opus_submit_chat(jsonb, integer, double precision, double precision, integer, double precision, double precision, double precision, double precision, bigint, text[], boolean, text)
+COMMENT ON FUNCTION @extschema@.opus_submit_chat(jsonb, integer, double precision, double precision, integer, double precision, double precision, double precision, double precision, bigint, text[], boolean, text, boolean)
 IS 'queue an answer to OpenAI-style chat messages and return its request id at once';
 
 CREATE FUNCTION @extschema@.opus_generate_many(
@@ -147,13 +154,14 @@ CREATE FUNCTION @extschema@.opus_generate_many(
     seed bigint DEFAULT NULL,
     stop text[] DEFAULT NULL,
     "window" integer DEFAULT NULL,
-    model text DEFAULT NULL)
+    model text DEFAULT NULL,
+    fallback boolean DEFAULT NULL)
 RETURNS TABLE(ordinal integer, output text, finish_reason text,
               prompt_tokens integer, completion_tokens integer)
 AS 'MODULE_PATHNAME', 'opus_generate_many'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
-COMMENT ON FUNCTION @extschema@.opus_generate_many(text[], integer, double precision, double precision, integer, double precision, double precision, double precision, double precision, bigint, text[], integer, text)
+COMMENT ON FUNCTION @extschema@.opus_generate_many(text[], integer, double precision, double precision, integer, double precision, double precision, double precision, double precision, bigint, text[], integer, text, boolean)
 IS 'complete every prompt, keeping "window" requests in flight so the engine batches them (NULL: up to 16); one row per prompt, in input order; any failure raises and cancels the rest';
 
 CREATE FUNCTION @extschema@.opus_chat_many(
@@ -169,13 +177,14 @@ CREATE FUNCTION @extschema@.opus_chat_many(
     seed bigint DEFAULT NULL,
     stop text[] DEFAULT NULL,
     "window" integer DEFAULT NULL,
-    model text DEFAULT NULL)
+    model text DEFAULT NULL,
+    fallback boolean DEFAULT NULL)
 RETURNS TABLE(ordinal integer, output text, finish_reason text,
               prompt_tokens integer, completion_tokens integer)
 AS 'MODULE_PATHNAME', 'opus_chat_many'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
-COMMENT ON FUNCTION @extschema@.opus_chat_many(jsonb[], integer, double precision, double precision, integer, double precision, double precision, double precision, double precision, bigint, text[], integer, text)
+COMMENT ON FUNCTION @extschema@.opus_chat_many(jsonb[], integer, double precision, double precision, integer, double precision, double precision, double precision, double precision, bigint, text[], integer, text, boolean)
 IS 'answer every conversation (each an OpenAI-style messages array) like opus_generate_many';
 
 CREATE FUNCTION @extschema@.opus_generate_keyed(
@@ -191,7 +200,8 @@ CREATE FUNCTION @extschema@.opus_generate_keyed(
     seed bigint DEFAULT NULL,
     stop text[] DEFAULT NULL,
     "window" integer DEFAULT NULL,
-    model text DEFAULT NULL)
+    model text DEFAULT NULL,
+    fallback boolean DEFAULT NULL)
 RETURNS TABLE(key jsonb, output text, finish_reason text,
               prompt_tokens integer, completion_tokens integer)
 LANGUAGE sql VOLATILE PARALLEL UNSAFE
@@ -203,11 +213,11 @@ AS $$
               FROM pg_catalog.jsonb_array_elements(items) WITH ORDINALITY AS e(value, n)
               ORDER BY e.n),
         max_tokens, temperature, top_p, top_k, min_p, presence_penalty,
-        frequency_penalty, repetition_penalty, seed, stop, "window", model) AS g
+        frequency_penalty, repetition_penalty, seed, stop, "window", model, fallback) AS g
     ORDER BY g.ordinal
 $$;
 
-COMMENT ON FUNCTION @extschema@.opus_generate_keyed(jsonb, integer, double precision, double precision, integer, double precision, double precision, double precision, double precision, bigint, text[], integer, text)
+COMMENT ON FUNCTION @extschema@.opus_generate_keyed(jsonb, integer, double precision, double precision, integer, double precision, double precision, double precision, double precision, bigint, text[], integer, text, boolean)
 IS 'opus_generate_many over a JSON array of {"key": ..., "prompt": ...}; returns each item''s key with its output, in input order';
 
 
@@ -232,7 +242,12 @@ CREATE FUNCTION @extschema@.opus_models_v1(
     OUT probation_until timestamp with time zone,
     OUT rollbacks bigint,
     OUT role text,
-    OUT swapping_to text)
+    OUT swapping_to text,
+    OUT fallback text,
+    OUT max_ttft_ms integer,
+    OUT overloaded boolean,
+    OUT recent_ttft_ms double precision,
+    OUT fallback_requests bigint)
 RETURNS SETOF record
 AS 'MODULE_PATHNAME', 'opus_models_v1'
 LANGUAGE C VOLATILE PARALLEL RESTRICTED;
