@@ -200,6 +200,27 @@ current_model(char *out)
 	SpinLockRelease(&OpusStats->mutex);
 }
 
+/*
+ * The model pg_stat_opus and the request log charge slot's request to:
+ * the named model that served it (a fallback, if it went to one), else
+ * the default model's short name.
+ */
+static void
+slot_model(const OpusSlot *slot, char *out)
+{
+	int			m = slot->served_model;
+
+	if (m <= 0 || m >= OPUS_MAX_MODELS)
+	{
+		current_model(out);
+		return;
+	}
+	memset(out, 0, OPUS_STAT_MODEL_LEN);
+	SpinLockAcquire(&OpusModel(m)->mutex);
+	strlcpy(out, OpusModel(m)->name, OPUS_STAT_MODEL_LEN);
+	SpinLockRelease(&OpusModel(m)->mutex);
+}
+
 static double
 ms_between(TimestampTz a, TimestampTz b)
 {
@@ -583,7 +604,7 @@ fill_log_record(OpusLogRecord *rec, OpusSlot *slot, const OpusTrack *t)
 		rec->params = t->params;
 		rec->n_stop = t->n_stop;
 	}
-	current_model(rec->model);
+	slot_model(slot, rec->model);
 }
 
 void
@@ -731,7 +752,7 @@ end_without_usage(int i, OpusReqStatus status, const char *message)
 		clear_slot(i, slot->request_id);
 		return;
 	}
-	current_model(model);
+	slot_model(slot, model);
 	stats_apply(slot->userid, slot->dbid, model,
 				status == OPUS_REQ_CANCELLED ? count_cancel : count_error, NULL);
 	logged = t ? t->logged : sample_for_log();
@@ -811,7 +832,7 @@ OpusStatsRequestDone(int i, const struct opus_proto_done *d, bool error)
 	arg.ttft_ms = d->n_completion > 0 ? pre_ms + d->ttft_ms : -1;
 	arg.tpot_ms = d->n_completion > 1 ?
 		Max(arg.e2e_ms - arg.ttft_ms, 0.0) / (d->n_completion - 1) : -1;
-	current_model(model);
+	slot_model(slot, model);
 	stats_apply(slot->userid, slot->dbid, model, count_completed, &arg);
 
 	SpinLockAcquire(&OpusStats->mutex);

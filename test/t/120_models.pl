@@ -85,6 +85,12 @@ isnt($text_tiny, $text_default, 'the two models answer differently');
 		  && $r->{out} =~ /^\Q@{[ $e->[0] ? $text_tiny : $text_default ]}\E\s*$/;
 	}
 	is($ok, 16, '16 concurrent sessions each get their own model\'s greedy text');
+	cmp_ok(sql("SELECT coalesce(sum(calls), 0) FROM pg_stat_opus WHERE model = 'tiny'"), '>=', 9,
+		'pg_stat_opus counts tiny\'s calls under its name');
+	cmp_ok(sql("SELECT coalesce(sum(calls), 0) FROM pg_stat_opus WHERE model = 'SmolLM2-135M-Instruct.Q4_1'"), '>=', 9,
+		'and the default model\'s under its own');
+	ok(defined poll_until(20, sub { sql("SELECT count(*) FROM opus_requests WHERE model = 'tiny'") >= 9 }),
+		'the request log names the model');
 }
 
 # ---- kill -9 of tiny's engine while the default generates
