@@ -150,7 +150,8 @@ RESET ROLE;
 SELECT sqlstate_of('SELECT pg_stat_opus_reset()') AS super_resets;
 
 -- 7. Settings: the model, device and engine are the superuser's; a plain or
--- monitoring role may only change its own per-request settings.
+-- monitoring role may only change its own per-request settings, and not
+-- the limits a superuser grants (opus.max_prompt_bytes, see tenants).
 CREATE FUNCTION settings_matrix() RETURNS TABLE(setting text, plain text, mon text, super text)
 LANGUAGE plpgsql AS $$
 DECLARE

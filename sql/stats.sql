@@ -99,16 +99,17 @@ FROM (SELECT histogram, count >= lag(count, 1, 0::bigint) OVER (PARTITION BY his
       FROM pg_stat_opus_latency_buckets) x
 GROUP BY histogram ORDER BY histogram COLLATE "C";
 
--- Errors, rejections and cancellations, as b.
+-- Errors, rejections and cancellations, as b (opus.max_prompt_bytes is
+-- superuser-only: raised before the switch to b).
+SET opus.max_prompt_bytes = '1MB';
 SET ROLE regress_opus_b;
 SELECT sqlstate_of($$SELECT opus_generate('hi', max_tokens => 100000)$$) AS too_long;
-SET opus.max_prompt_bytes = '1MB';
 SELECT sqlstate_of($$SELECT opus_generate(repeat('a', 600000))$$) AS too_large;
-RESET opus.max_prompt_bytes;
 SET statement_timeout = '300ms';
 SELECT sqlstate_of($$SELECT opus_generate('Count to a thousand: 1, 2, 3,', max_tokens => 2000, temperature => 0)$$) AS timed_out;
 RESET statement_timeout;
 RESET ROLE;
+RESET opus.max_prompt_bytes;
 SELECT wait_until($$SELECT cancellations = 1 FROM pg_stat_opus WHERE userid = 'regress_opus_b'::regrole$$);
 SELECT calls, errors, cancellations, rejections
 FROM pg_stat_opus WHERE userid = 'regress_opus_b'::regrole;

@@ -52,9 +52,9 @@
 #include <string.h>
 
 #define OPUS_PROTO_MAGIC		0x5355504FU /* "OPUS" read as little-endian u32 */
-#define OPUS_PROTO_VERSION		4	/* 2: PROGRESS, prefix counters in STATS;
+#define OPUS_PROTO_VERSION		5	/* 2: PROGRESS, prefix counters in STATS;
 									 * 3: KV settings in HELLO, priority in SUBMIT;
-									 * 4: EXPERTS */
+									 * 4: EXPERTS; 5: tenant block in SUBMIT */
 #define OPUS_PROTO_HEADER_SIZE	16
 #define OPUS_PROTO_MAX_PAYLOAD	(16U * 1024 * 1024)
 #define OPUS_PROTO_MAX_STOP		16	/* stop strings per request */
@@ -66,6 +66,7 @@
 #define OPUS_PROTO_SHORT_LEN	32	/* arch / type / device names incl. NUL */
 #define OPUS_PROTO_MAX_TOKENS	(1 << 20)	/* max_tokens upper bound */
 #define OPUS_PROTO_MAX_PRIORITY 1000	/* priority classes 0 (first) .. this */
+#define OPUS_PROTO_MAX_WEIGHT	1000	/* fair-share weight upper bound */
 #define OPUS_PROTO_MAX_BLOCK_SIZE 4096	/* kv_block_size upper bound */
 #define OPUS_PROTO_MAX_EXPERT_LAYERS 1024	/* EXPERTS n_layer upper bound */
 #define OPUS_PROTO_MAX_EXPERTS	1024	/* EXPERTS n_expert upper bound */
@@ -205,6 +206,22 @@ struct opus_proto_params
 	int32_t		priority;		/* [0, OPUS_PROTO_MAX_PRIORITY]; 0 = first */
 };
 
+/*
+ * Who a request is for, as the server (never the client) decided it: the
+ * prefix-cache scope (requests of different scopes never share cached
+ * blocks; 0 = the server-wide scope), the fair-share tenant and its weight,
+ * and the best class aging may lift the request to (its role's ceiling).
+ */
+struct opus_proto_tenant
+{
+	uint64_t	cache_scope;
+	uint32_t	tenant;			/* the role's OID; 0 = nobody in particular */
+	uint32_t	weight;			/* [1, OPUS_PROTO_MAX_WEIGHT] */
+	int32_t		min_priority;	/* [0, params.priority] */
+};
+
+#define OPUS_PROTO_TENANT_SIZE (8 + 4 + 4 + 4)
+
 /* A byte string inside a payload buffer (not NUL-terminated). */
 struct opus_proto_str
 {
@@ -216,7 +233,8 @@ struct opus_proto_str
  * SUBMIT payload:
  *   u8 kind, u8 0, u16 n_stop, params (8 x 4-byte fields, u64 seed,
  *   i32 priority),
- *   n_stop x (u32 len, bytes), u32 n_items, u32 data_len, data.
+ *   n_stop x (u32 len, bytes), tenant (u64 cache_scope, u32 tenant,
+ *   u32 weight, i32 min_priority), u32 n_items, u32 data_len, data.
  * data: GENERATE/TOKENIZE: the prompt bytes (n_items = 0);
  *       CHAT: n_items x (u8 role, u32 len, bytes);
  *       DETOKENIZE: n_items x i32 token ids (data_len = 4 * n_items).
@@ -228,6 +246,7 @@ struct opus_proto_submit
 	uint16_t	n_stop;
 	struct opus_proto_params params;
 	struct opus_proto_str stop[OPUS_PROTO_MAX_STOP];
+	struct opus_proto_tenant tenant;
 	uint32_t	n_items;
 	const uint8_t *data;
 	uint32_t	data_len;
@@ -962,6 +981,17 @@ opus_proto_encode_submit_head(struct opus_proto_writer *w, uint8_t kind,
 	}
 }
 
+/* The tenant block: after the head (and stop strings), before the data head. */
+static inline void
+opus_proto_encode_submit_tenant(struct opus_proto_writer *w,
+								const struct opus_proto_tenant *t)
+{
+	opus_proto_w_u64(w, t->cache_scope);
+	opus_proto_w_u32(w, t->tenant);
+	opus_proto_w_u32(w, t->weight);
+	opus_proto_w_u32(w, (uint32_t) t->min_priority);
+}
+
 /* n_items and data_len, then `data_len` bytes of data follow. */
 static inline void
 opus_proto_encode_submit_data_head(struct opus_proto_writer *w,
@@ -1064,6 +1094,16 @@ opus_proto_parse_submit(const uint8_t *buf, size_t len,
 		}
 		m->stop[i].ptr = (const char *) p;
 		m->stop[i].len = n;
+	}
+	m->tenant.cache_scope = opus_proto_r_u64(&r);
+	m->tenant.tenant = opus_proto_r_u32(&r);
+	m->tenant.weight = opus_proto_r_u32(&r);
+	m->tenant.min_priority = (int32_t) opus_proto_r_u32(&r);
+	if (r.bad || m->tenant.weight < 1 || m->tenant.weight > OPUS_PROTO_MAX_WEIGHT ||
+		m->tenant.min_priority < 0 || m->tenant.min_priority > m->params.priority)
+	{
+		*why = "SUBMIT has a bad tenant block";
+		return false;
 	}
 	m->n_items = opus_proto_r_u32(&r);
 	m->data_len = opus_proto_r_u32(&r);

@@ -315,6 +315,12 @@ opus_kv_hash_root(uint64_t model_identity, int block_size)
 	return mix64(model_identity ^ mix64((uint64_t) block_size + 0x6f707573ULL));
 }
 
+uint64_t
+opus_kv_hash_scope(uint64_t root, uint64_t scope)
+{
+	return scope == 0 ? root : mix64(root ^ mix64(scope + 0x73636f7065ULL));
+}
+
 /* ---- allocation ---- */
 
 int32_t

@@ -130,6 +130,11 @@ void		opus_kv_unref(struct opus_kv *kv, int32_t id);
 uint64_t	opus_kv_hash_block(uint64_t parent, const int32_t *tokens, int n);
 /* The parent hash of a sequence's first block, for a model identity. */
 uint64_t	opus_kv_hash_root(uint64_t model_identity, int block_size);
+/*
+ * The root of a prefix-cache scope: chains under different scopes never
+ * share a block (scope 0 is the root itself, the server-wide scope).
+ */
+uint64_t	opus_kv_hash_scope(uint64_t root, uint64_t scope);
 /* The cached block with this hash, parent and tokens, or -1. */
 int32_t		opus_kv_cache_find(const struct opus_kv *kv, uint64_t hash,
 							   uint64_t parent, const int32_t *tokens);

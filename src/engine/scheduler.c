@@ -51,9 +51,27 @@
  * DONE).  Because a block's K/V depend only on its prefix and the forward
  * pass is deterministic per row, a hit never changes the output.
  *
+ * Prefix-cache scopes: a request's chain hashes start from a root derived
+ * from its cache_scope, so requests of different scopes never find each
+ * other's blocks (nor learn, by a hit or its timing, what the other sent).
+ *
+ * Fair share (virtual token counters, Sheng et al., OSDI '24): every tenant
+ * has a counter of the service it got, prompt tokens put through the model
+ * plus twice the tokens generated, divided by its weight.  Within a class
+ * the queue is ordered by the counter of the request's tenant, then
+ * arrival, so the least-served backlogged tenant goes first whatever its
+ * number of sessions.  A tenant that comes back after being idle
+ * (OPUS_SCHED_FAIR_IDLE_MS without a live request) has its counter lifted
+ * to the least counter of the tenants waiting, so idleness banks no credit.
+ * A queued request may preempt a running one of another tenant of the same
+ * class whose counter is ahead of its own by more than
+ * OPUS_SCHED_FAIR_MARGIN (the victim is recomputed from the prefix cache),
+ * so a tenant with one session is not stuck behind another's many.
+ *
  * Priorities age: a queued request's effective class is its priority minus
  * one for every aging period it has waited (OPUS_SCHED_AGING_MS unless
- * opus_sched_set_aging says otherwise; not below 0), so a low
+ * opus_sched_set_aging says otherwise; not below its min_priority, the
+ * ceiling its role was given), so a low
  * class still progresses under a steady stream of higher ones.  The queue
  * is ordered by (effective class, arrival); a running request keeps the
  * effective class it was admitted with.  A queued request preempts running
@@ -88,6 +106,9 @@ struct sched_req
 	uint64_t	admitted;		/* admission order (preemption victims) */
 	int32_t		priority;
 	int32_t		eff_priority;	/* priority after aging (queue order, preemption) */
+	int32_t		min_priority;	/* aging floor */
+	int32_t		tenant;			/* index into s->tenants */
+	uint64_t	root;			/* parent hash of its first block (its cache scope) */
 	bool		running;		/* in s->run (else in s->queue) */
 	bool		cancelled;
 	bool		finished;		/* DONE emitted; freed at the end of the step */
@@ -157,7 +178,21 @@ struct opus_sched
 	int			cap_piece;
 	char	   *utf8_out;		/* cap_piece + 8 */
 
+	struct sched_tenant *tenants;	/* never shrinks; one per tenant id seen */
+	int			n_tenants;
+	int			cap_tenants;
+
 	struct opus_sched_stats stats;
+};
+
+/* A fair-share tenant: its virtual token counter. */
+struct sched_tenant
+{
+	uint32_t	id;
+	uint32_t	weight;
+	double		vtc;			/* service / weight, in virtual tokens */
+	int32_t		n_live;			/* requests queued or running */
+	double		t_idle;			/* when n_live last became 0 */
 };
 
 static double
@@ -222,6 +257,8 @@ req_free(struct opus_sched *s, struct sched_req *r)
 {
 	if (!r)
 		return;
+	if (r->tenant >= 0 && --s->tenants[r->tenant].n_live == 0)
+		s->tenants[r->tenant].t_idle = now_ms();
 	opus_seq_release(s->ctx, &r->seq);
 	opus_sampler_free(r->sampler);
 	free(r->tokens);
@@ -248,6 +285,7 @@ opus_sched_free(struct opus_sched *s)
 	free(s->logits);
 	free(s->piece);
 	free(s->utf8_out);
+	free(s->tenants);
 	free(s);
 }
 
@@ -272,16 +310,36 @@ grow_ptrs(struct sched_req ***arr, int *cap, int need)
 	return true;
 }
 
-/* Insert into the queue by (priority, arrival).  Capacity must be there. */
+static double
+tenant_vtc(const struct opus_sched *s, const struct sched_req *r)
+{
+	return s->tenants[r->tenant].vtc;
+}
+
+/* Queue order: (effective class, tenant's counter, arrival). */
+static bool
+queue_before(const struct opus_sched *s, const struct sched_req *a,
+			 const struct sched_req *b)
+{
+	double		va,
+				vb;
+
+	if (a->eff_priority != b->eff_priority)
+		return a->eff_priority < b->eff_priority;
+	va = tenant_vtc(s, a);
+	vb = tenant_vtc(s, b);
+	if (va != vb)
+		return va < vb;
+	return a->arrival < b->arrival;
+}
+
+/* Insert into the queue in queue order.  Capacity must be there. */
 static void
 queue_insert(struct opus_sched *s, struct sched_req *r)
 {
 	int			i = s->n_queue;
 
-	while (i > 0 &&
-		   (s->queue[i - 1]->eff_priority > r->eff_priority ||
-			(s->queue[i - 1]->eff_priority == r->eff_priority &&
-			 s->queue[i - 1]->arrival > r->arrival)))
+	while (i > 0 && queue_before(s, r, s->queue[i - 1]))
 	{
 		s->queue[i] = s->queue[i - 1];
 		i--;
@@ -289,6 +347,57 @@ queue_insert(struct opus_sched *s, struct sched_req *r)
 	s->queue[i] = r;
 	s->n_queue++;
 	r->running = false;
+}
+
+/*
+ * The index of tenant id (added when new, with weight), its counter lifted
+ * when it comes back from idleness; -1 when out of memory.
+ */
+static int
+tenant_enter(struct opus_sched *s, uint32_t id, uint32_t weight)
+{
+	int			i;
+	struct sched_tenant *t;
+
+	for (i = 0; i < s->n_tenants; i++)
+		if (s->tenants[i].id == id)
+			break;
+	if (i == s->n_tenants)
+	{
+		if (s->n_tenants == s->cap_tenants)
+		{
+			int			c = s->cap_tenants ? s->cap_tenants * 2 : 8;
+			struct sched_tenant *a = realloc(s->tenants, (size_t) c * sizeof(*a));
+
+			if (!a)
+				return -1;
+			s->tenants = a;
+			s->cap_tenants = c;
+		}
+		memset(&s->tenants[i], 0, sizeof(s->tenants[i]));
+		s->tenants[i].id = id;
+		s->tenants[i].t_idle = -1e300;
+		s->n_tenants++;
+	}
+	t = &s->tenants[i];
+	t->weight = weight;
+	if (t->n_live == 0 && now_ms() - t->t_idle >= OPUS_SCHED_FAIR_IDLE_MS)
+	{
+		/* no banked credit: start level with the least-served busy tenant */
+		bool		any = false;
+		double		lo = 0.0;
+
+		for (int k = 0; k < s->n_tenants; k++)
+			if (k != i && s->tenants[k].n_live > 0 && (!any || s->tenants[k].vtc < lo))
+			{
+				lo = s->tenants[k].vtc;
+				any = true;
+			}
+		if (any && t->vtc < lo)
+			t->vtc = lo;
+	}
+	t->n_live++;
+	return i;
 }
 
 static struct sched_req *
@@ -323,6 +432,14 @@ opus_sched_submit(struct opus_sched *s, uint64_t id, const int32_t *prompt,
 	if (p->priority < 0)
 		return opus_error_set(err, OPUS_ERR_INVALID_ARG,
 							  "priority must not be negative (got %d)", (int) p->priority);
+	if (p->min_priority < 0 || p->min_priority > p->priority)
+		return opus_error_set(err, OPUS_ERR_INVALID_ARG,
+							  "min_priority must be 0 to priority %d (got %d)",
+							  (int) p->priority, (int) p->min_priority);
+	if (p->weight > OPUS_SCHED_MAX_WEIGHT)
+		return opus_error_set(err, OPUS_ERR_INVALID_ARG,
+							  "weight must be 1 to %d (got %u)", OPUS_SCHED_MAX_WEIGHT,
+							  (unsigned) p->weight);
 	if (p->n_stop < 0 || p->n_stop > OPUS_MAX_STOP)
 		return opus_error_set(err, OPUS_ERR_INVALID_ARG,
 							  "at most %d stop strings are allowed (got %d)",
@@ -367,6 +484,7 @@ opus_sched_submit(struct opus_sched *s, uint64_t id, const int32_t *prompt,
 	r = calloc(1, sizeof(*r));
 	if (!r)
 		return opus_error_set(err, OPUS_ERR_NOMEM, "out of memory queueing a request");
+	r->tenant = -1;
 	r->tokens = malloc(((size_t) n_prompt + (size_t) p->max_tokens) * sizeof(int32_t));
 	r->hashes = malloc(((size_t) blocks_for(s, (int64_t) n_prompt + p->max_tokens) + 1) *
 					   sizeof(uint64_t));
@@ -382,8 +500,16 @@ opus_sched_submit(struct opus_sched *s, uint64_t id, const int32_t *prompt,
 		req_free(s, r);
 		return st;
 	}
+	r->tenant = tenant_enter(s, p->tenant, p->weight ? p->weight : 1);
+	if (r->tenant < 0)
+	{
+		req_free(s, r);
+		return opus_error_set(err, OPUS_ERR_NOMEM, "out of memory queueing a request");
+	}
 	memcpy(r->tokens, prompt, (size_t) n_prompt * sizeof(int32_t));
 	r->id = id;
+	r->root = opus_kv_hash_scope(s->root_hash, p->cache_scope);
+	r->min_priority = p->min_priority;
 	r->arrival = s->next_arrival++;
 	r->priority = p->priority;
 	r->eff_priority = p->priority;
@@ -463,6 +589,8 @@ opus_sched_get_request(const struct opus_sched *s, uint64_t id,
 	out->running = r->running;
 	out->generating = r->have_token;
 	out->priority = r->priority;
+	out->tenant = s->tenants[r->tenant].id;
+	out->tenant_service = s->tenants[r->tenant].vtc;
 	out->n_prompt = r->n_prompt;
 	out->n_prompt_done = r->seq.n_pos < r->n_prompt ? r->seq.n_pos : r->n_prompt;
 	out->n_generated = r->n_tokens - r->n_prompt;
@@ -887,7 +1015,7 @@ hash_blocks(struct opus_sched *s, struct sched_req *r, int32_t nb)
 	while (r->n_hashed < nb)
 	{
 		int32_t		i = r->n_hashed;
-		uint64_t	parent = i == 0 ? s->root_hash : r->hashes[i - 1];
+		uint64_t	parent = i == 0 ? r->root : r->hashes[i - 1];
 
 		r->hashes[i] = opus_kv_hash_block(parent, r->tokens + (size_t) i * s->block_size,
 										  s->block_size);
@@ -915,7 +1043,7 @@ prefix_lookup(struct opus_sched *s, struct sched_req *r, int64_t *n_idle)
 	hash_blocks(s, r, max);
 	for (; m < max; m++)
 	{
-		uint64_t	parent = m == 0 ? s->root_hash : r->hashes[m - 1];
+		uint64_t	parent = m == 0 ? r->root : r->hashes[m - 1];
 		int32_t		id = opus_kv_cache_find(kv, r->hashes[m], parent,
 											r->tokens + (size_t) m * s->block_size);
 
@@ -976,7 +1104,7 @@ publish_blocks(struct opus_sched *s, struct sched_req *r)
 	hash_blocks(s, r, full);
 	for (int32_t i = r->n_published; i < full; i++)
 	{
-		uint64_t	parent = i == 0 ? s->root_hash : r->hashes[i - 1];
+		uint64_t	parent = i == 0 ? r->root : r->hashes[i - 1];
 
 		(void) opus_kv_cache_insert(&s->ctx->kv, r->seq.blocks[i], r->hashes[i], parent,
 									r->tokens + (size_t) i * s->block_size);
@@ -986,53 +1114,52 @@ publish_blocks(struct opus_sched *s, struct sched_req *r)
 }
 
 /*
- * Recompute queued requests' effective classes (aging) and restore the
- * queue order if any changed.
+ * Recompute queued requests' effective classes (aging, never above a
+ * request's min_priority) and restore the queue order, which the tenants'
+ * counters also move.
  */
 static void
 age_queue(struct opus_sched *s)
 {
 	double		t = now_ms();
-	bool		changed = false;
+	int			n = s->n_queue;
 
-	if (s->aging_ms <= 0.0)
-		return;
-	for (int i = 0; i < s->n_queue; i++)
+	for (int i = 0; s->aging_ms > 0.0 && i < s->n_queue; i++)
 	{
 		struct sched_req *r = s->queue[i];
 		double		steps = (t - r->t_submit) / s->aging_ms;
 		int32_t		eff = r->priority;
 
-		if (steps >= (double) eff)
-			eff = 0;
+		if (steps >= (double) (eff - r->min_priority))
+			eff = r->min_priority;
 		else if (steps >= 1.0)
 			eff -= (int32_t) steps;
-		if (eff != r->eff_priority)
-		{
-			r->eff_priority = eff;
-			changed = true;
-		}
+		r->eff_priority = eff;
 	}
-	if (changed)
-	{
-		int			n = s->n_queue;
-
-		s->n_queue = 0;
-		for (int i = 0; i < n; i++)
-			queue_insert(s, s->queue[i]);
-	}
+	s->n_queue = 0;
+	for (int i = 0; i < n; i++)
+		queue_insert(s, s->queue[i]);
 }
 
 /*
  * Whether queued request h may preempt running request r to be admitted:
  * r's own class is lower (a larger number) and it was not promoted by
- * aging to h's effective class or above.  Within a class nobody is
+ * aging to h's effective class or above; or r is of h's class (or lower)
+ * but of another tenant, whose counter is ahead of h's tenant's by more
+ * than the fair-share margin.  Within a tenant and class nobody is
  * preempted for anybody (first come, first served).
  */
 static bool
-may_preempt(const struct sched_req *h, const struct sched_req *r)
+may_preempt(const struct opus_sched *s, const struct sched_req *h,
+			const struct sched_req *r)
 {
-	return !r->finished && r->priority > h->priority && r->eff_priority > h->eff_priority;
+	if (r->finished)
+		return false;
+	if (r->priority > h->priority && r->eff_priority > h->eff_priority)
+		return true;
+	return r->tenant != h->tenant && r->priority >= h->priority &&
+		r->eff_priority >= h->eff_priority &&
+		tenant_vtc(s, r) > tenant_vtc(s, h) + OPUS_SCHED_FAIR_MARGIN;
 }
 
 /*
@@ -1051,7 +1178,7 @@ lower_class_blocks(const struct opus_sched *s, const struct sched_req *h, bool *
 		const struct sched_req *r = s->run[i];
 		int64_t		want = blocks_for(s, r->n_tokens);
 
-		if (!may_preempt(h, r))
+		if (!may_preempt(s, h, r))
 			continue;
 		*any = true;
 		n += want > r->seq.n_blocks ? want : r->seq.n_blocks;
@@ -1166,10 +1293,10 @@ assign_logits(struct opus_sched *s, int n_items, int rows)
 }
 
 /*
- * Preempt the most recently admitted running request of the lowest
- * effective class (largest number), among those h may preempt (any, when h
- * is NULL): release its blocks and requeue it for recomputation.  False if
- * there is none.
+ * Preempt the running request of the lowest effective class (largest
+ * number), of the most-served tenant, most recently admitted, among those
+ * h may preempt (any, when h is NULL): release its blocks and requeue it
+ * for recomputation.  False if there is none.
  */
 static bool
 preempt_one(struct opus_sched *s, const struct sched_req *h)
@@ -1180,10 +1307,13 @@ preempt_one(struct opus_sched *s, const struct sched_req *h)
 	{
 		struct sched_req *r = s->run[i];
 
-		if (r->finished || (h && !may_preempt(h, r)))
+		if (r->finished || (h && !may_preempt(s, h, r)))
 			continue;
 		if (v < 0 || r->eff_priority > s->run[v]->eff_priority ||
-			(r->eff_priority == s->run[v]->eff_priority && r->admitted > s->run[v]->admitted))
+			(r->eff_priority == s->run[v]->eff_priority &&
+			 (tenant_vtc(s, r) > tenant_vtc(s, s->run[v]) ||
+			  (tenant_vtc(s, r) == tenant_vtc(s, s->run[v]) &&
+			   r->admitted > s->run[v]->admitted))))
 			v = i;
 	}
 	if (v < 0)
@@ -1191,6 +1321,8 @@ preempt_one(struct opus_sched *s, const struct sched_req *h)
 	{
 		struct sched_req *r = s->run[v];
 
+		if (h && !(r->priority > h->priority && r->eff_priority > h->eff_priority))
+			s->stats.fair_preemptions++;
 		release_seq(s, r);
 		r->logits = NULL;
 		memmove(s->run + v, s->run + v + 1, (size_t) (s->n_run - v - 1) * sizeof(*s->run));
@@ -1248,10 +1380,20 @@ opus_sched_step(struct opus_sched *s, struct opus_error *err)
 
 	for (int i = 0; i < n_items; i++)
 	{
+		struct sched_tenant *t = &s->tenants[s->item_req[i]->tenant];
+		double		cost;
+
 		if (s->items[i].n_tokens == 1 && s->items[i].logits)
+		{
 			n_decode++;
+			cost = 2.0;
+		}
 		else
+		{
 			n_prefill += s->items[i].n_tokens;
+			cost = (double) s->items[i].n_tokens;
+		}
+		t->vtc += cost / (double) t->weight;
 	}
 	for (int i = 0; i < n_items; i++)
 		publish_blocks(s, s->item_req[i]);

@@ -24,6 +24,9 @@
 #define OPUS_MAX_STOP 16		/* stop strings per request */
 #define OPUS_MAX_STOP_LEN 256	/* bytes per stop string */
 #define OPUS_SCHED_AGING_MS 2000.0	/* default: a waiting request moves up one class per 2 s */
+#define OPUS_SCHED_MAX_WEIGHT 1000	/* fair-share weight upper bound */
+#define OPUS_SCHED_FAIR_MARGIN 256.0	/* virtual tokens: fair-share preemption threshold */
+#define OPUS_SCHED_FAIR_IDLE_MS 500.0	/* a tenant idle this long loses its banked credit */
 
 enum opus_finish
 {
@@ -39,6 +42,10 @@ struct opus_gen_params
 	struct opus_sampling_params sampling;
 	int32_t		max_tokens;		/* >= 1 */
 	int32_t		priority;		/* 0 = interactive (first), larger = later */
+	int32_t		min_priority;	/* aging never lifts it above this class (<= priority) */
+	uint64_t	cache_scope;	/* prefix-cache scope: different scopes never share */
+	uint32_t	tenant;			/* fair-share tenant (0 is a tenant like any other) */
+	uint32_t	weight;			/* its share weight, 1..OPUS_SCHED_MAX_WEIGHT (0 = 1) */
 	int32_t		n_stop;
 	const char *stop[OPUS_MAX_STOP];	/* copied at submit */
 	bool		ignore_eos;
@@ -124,6 +131,7 @@ struct opus_sched_stats
 	int64_t		prefix_hit_tokens;
 	int64_t		prefix_query_tokens;
 	int64_t		preemptions;
+	int64_t		fair_preemptions;	/* of them, for a less-served tenant of the same class */
 };
 void		opus_sched_get_stats(const struct opus_sched *s,
 								 struct opus_sched_stats *out);
@@ -134,6 +142,8 @@ struct opus_sched_req_info
 	bool		running;		/* admitted (else queued or preempted) */
 	bool		generating;		/* has produced its first token */
 	int32_t		priority;
+	uint32_t	tenant;
+	double		tenant_service;	/* its tenant's virtual token counter */
 	int32_t		n_prompt;
 	int32_t		n_prompt_done;	/* prompt positions in the KV cache */
 	int32_t		n_generated;

@@ -69,6 +69,8 @@ _Static_assert((int) OPUS_PROTO_FINISH_ERROR == (int) OPUS_FINISH_ERROR &&
 _Static_assert((int) OPUS_PROTO_KV_F16 == (int) OPUS_KV_F16 &&
 			   (int) OPUS_PROTO_KV_Q8_0 == (int) OPUS_KV_Q8_0,
 			   "HELLO kv_cache_type values must equal enum opus_kv_type");
+_Static_assert(OPUS_PROTO_MAX_WEIGHT == OPUS_SCHED_MAX_WEIGHT,
+			   "the wire format's fair-share weight bound matches the scheduler's");
 _Static_assert(OPUS_PROTO_MAX_STOP <= OPUS_MAX_STOP &&
 			   OPUS_PROTO_MAX_STOP_LEN <= OPUS_MAX_STOP_LEN,
 			   "protocol stop limits must fit the scheduler's");
@@ -617,6 +619,10 @@ handle_generate(struct serve *s, uint64_t id, const struct opus_proto_submit *m)
 	gp.sampling.seed = m->params.seed;
 	gp.max_tokens = m->params.max_tokens;
 	gp.priority = m->params.priority;
+	gp.min_priority = m->tenant.min_priority;
+	gp.cache_scope = m->tenant.cache_scope;
+	gp.tenant = m->tenant.tenant;
+	gp.weight = m->tenant.weight;
 	gp.n_stop = m->n_stop;
 	for (int i = 0; i < m->n_stop; i++)
 	{

@@ -41,6 +41,7 @@
 
 #include "opus_experts.h"
 #include "opus_pg.h"
+#include "opus_tenants.h"
 #include "opus_stats.h"
 
 PG_MODULE_MAGIC;
@@ -75,6 +76,7 @@ opus_shmem_request(void)
 		prev_shmem_request_hook();
 	RequestAddinShmemSpace(OpusShmemSize());
 	OpusStatsShmemRequest();
+	OpusTenantShmemRequest();
 	OpusExpertsShmemRequest();
 }
 
@@ -85,6 +87,7 @@ opus_shmem_startup(void)
 		prev_shmem_startup_hook();
 	OpusShmemInit();
 	OpusStatsShmemInit();
+	OpusTenantShmemInit();
 	OpusExpertsShmemInit();
 }
 
@@ -124,12 +127,10 @@ check_opus_model(char **newval, void **extra, GucSource source)
  * opus.priority: "interactive" (0), "batch" (10) or an integer class 0..1000;
  * smaller classes are scheduled first.
  */
-static bool
-check_opus_priority(char **newval, void **extra, GucSource source)
+bool
+OpusParsePriority(const char *v, int *out)
 {
-	const char *v = *newval;
 	long		n;
-	int		   *out;
 
 	if (pg_strcasecmp(v, "interactive") == 0)
 		n = OPUS_PRIORITY_INTERACTIVE;
@@ -142,16 +143,46 @@ check_opus_priority(char **newval, void **extra, GucSource source)
 		errno = 0;
 		n = strtol(v, &end, 10);
 		if (v[0] == '\0' || *end != '\0' || errno != 0 || n < 0 || n > OPUS_PROTO_MAX_PRIORITY)
+			return false;
+	}
+	*out = (int) n;
+	return true;
+}
+
+/*
+ * A SET (or set_config, or a function's SET clause) may not ask for a class
+ * before the role's ceiling (opus.priority_ceiling); requests are clamped to
+ * the ceiling anyway, whatever the setting's source.
+ */
+static bool
+check_opus_priority(char **newval, void **extra, GucSource source)
+{
+	int			n;
+	int		   *out;
+
+	if (!OpusParsePriority(*newval, &n))
+	{
+		GUC_check_errdetail("opus.priority must be \"interactive\", \"batch\" or an integer from 0 (first) to %d.",
+							OPUS_PROTO_MAX_PRIORITY);
+		return false;
+	}
+	if (source == PGC_S_SESSION && IsTransactionState() && !superuser())
+	{
+		int			ceiling = OpusTenantCeiling();
+
+		if (n < ceiling)
 		{
-			GUC_check_errdetail("opus.priority must be \"interactive\", \"batch\" or an integer from 0 (first) to %d.",
-								OPUS_PROTO_MAX_PRIORITY);
+			GUC_check_errcode(ERRCODE_INSUFFICIENT_PRIVILEGE);
+			GUC_check_errmsg("opus.priority %d is above this role's ceiling", n);
+			GUC_check_errdetail("opus.priority_ceiling is %d for this role: a smaller class number is not allowed.",
+								ceiling);
 			return false;
 		}
 	}
 	out = malloc(sizeof(int));
 	if (!out)
 		return false;
-	*out = (int) n;
+	*out = n;
 	*extra = out;
 	return true;
 }
@@ -227,7 +258,7 @@ opus_define_settings(void)
 							NULL,
 							&opus_max_prompt_bytes,
 							256 * 1024, 1, INT_MAX,
-							PGC_USERSET,
+							PGC_SUSET,
 							GUC_UNIT_BYTE,
 							NULL, NULL, NULL);
 	DefineCustomStringVariable("opus.priority",
@@ -241,6 +272,7 @@ opus_define_settings(void)
 							   check_opus_priority, assign_opus_priority, NULL);
 	OpusDefineAsyncSettings();
 	OpusDefineModelSettings(process_shared_preload_libraries_in_progress);
+	OpusDefineTenantSettings();
 	/*
 	 * Settings that size shared memory or name the engine only exist when
 	 * preloaded: PostgreSQL refuses PGC_POSTMASTER variables after start-up.

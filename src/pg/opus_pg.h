@@ -45,6 +45,9 @@ extern int	opus_memory_budget_mb;
 #define OPUS_PRIORITY_INTERACTIVE	0
 #define OPUS_PRIORITY_BATCH			10
 
+/* Parse "interactive", "batch" or 0..OPUS_PROTO_MAX_PRIORITY; false if invalid. */
+extern bool OpusParsePriority(const char *v, int *out);
+
 /* True when loaded through shared_preload_libraries (shared memory exists). */
 extern bool opus_pg_preloaded;
 

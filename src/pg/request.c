@@ -24,9 +24,28 @@
 
 #include "opus_pg.h"
 #include "opus_stats.h"
+#include "opus_tenants.h"
+#include "storage/proc.h"
 
 /* Where a claim starts looking, so backends spread over the slots. */
 static int	next_claim_hint = -1;
+
+/* The tenancy of the current user, resolved once per transaction for another role. */
+static OpusTenantConf tenant_conf;
+static LocalTransactionId tenant_conf_lxid = InvalidLocalTransactionId;
+
+static const OpusTenantConf *
+current_tenant(void)
+{
+	Oid			role = GetUserId();
+
+	if (role != GetSessionUserId() && tenant_conf.role == role &&
+		tenant_conf_lxid == MyProc->lxid && MyProc->lxid != InvalidLocalTransactionId)
+		return &tenant_conf;
+	OpusTenantResolve(role, &tenant_conf);
+	tenant_conf_lxid = MyProc->lxid;
+	return &tenant_conf;
+}
 
 /*
  * The cleanup callback: give up on the request `arg` (its id).  Runs on
@@ -71,7 +90,7 @@ abandon_request(int code, Datum arg)
 static Size
 payload_size(const OpusRequest *req)
 {
-	Size		n = OPUS_PROTO_SUBMIT_FIXED + 8;
+	Size		n = OPUS_PROTO_SUBMIT_FIXED + OPUS_PROTO_TENANT_SIZE + 8;
 	int			i;
 
 	for (i = 0; i < req->n_stop; i++)
@@ -124,14 +143,24 @@ uint32
 OpusEncodeRequest(const OpusRequest *req, char *buf, Size cap)
 {
 	struct opus_proto_params params;
+	struct opus_proto_tenant tenant;
 	struct opus_proto_writer w;
+	const OpusTenantConf *tc = current_tenant();
 	int			i;
 
-	/* the session's scheduling class (opus.priority) at submission */
+	/*
+	 * The session's scheduling class (opus.priority) at submission, never
+	 * before the role's ceiling; the tenancy the server derived.
+	 */
 	params = req->params;
-	params.priority = opus_priority_value;
+	params.priority = Max(opus_priority_value, tc->ceiling);
+	tenant.cache_scope = tc->scope;
+	tenant.tenant = (uint32) tc->role;
+	tenant.weight = (uint32) tc->weight;
+	tenant.min_priority = tc->ceiling;
 	opus_proto_writer_init(&w, buf, cap);
 	opus_proto_encode_submit_head(&w, req->kind, &params, req->n_stop, req->stop);
+	opus_proto_encode_submit_tenant(&w, &tenant);
 	opus_proto_encode_submit_data_head(&w, req->kind == OPUS_KIND_CHAT ? (uint32) req->n_messages :
 									   req->kind == OPUS_KIND_DETOKENIZE ? (uint32) req->n_tokens : 0,
 									   (uint32) data_size(req));
@@ -195,9 +224,24 @@ OpusClaimSlot(uint8 kind, bool async, uint64 *id_out, bool missing_ok)
 		SpinLockRelease(&slot->mutex);
 		if (got)
 		{
+			const OpusTenantConf *tc = current_tenant();
+			const char *over;
+			int			limit,
+						held;
+
 			next_claim_hint = (i + 1) % n;
 			slot->kind = kind;
-			return i;
+			over = OpusTenantCheckClaim(tc, async, &limit, &held);
+			if (over == NULL)
+				return i;
+			/* over the role's quota: give the slot back (nobody else saw it) */
+			SpinLockAcquire(&slot->mutex);
+			slot->state = OPUS_SLOT_FREE;
+			SpinLockRelease(&slot->mutex);
+			if (missing_ok)
+				return -1;
+			OpusStatsRejected(kind);
+			OpusTenantRaiseSlots(tc, over, limit, held);
 		}
 	}
 	if (missing_ok)
@@ -250,14 +294,15 @@ wait_for_slot(OpusSlot *slot, TimestampTz start)
 }
 
 /*
- * Raise 54000 unless req's SUBMIT payload fits a slot buffer.  Call before
- * claiming a slot.
+ * Raise 54000 unless req's SUBMIT payload fits a slot buffer, 53400 if it
+ * breaks a quota of its role (tenants.c).  Call before claiming a slot.
  */
 void
 OpusCheckRequestSize(const OpusRequest *req)
 {
 	Size		need = payload_size(req);
 
+	OpusTenantCheckRequest(current_tenant(), req->kind, req->params.max_tokens);
 	if (need > OpusShared->slot_buf_size)
 	{
 		OpusStatsRejected(req->kind);

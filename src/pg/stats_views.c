@@ -365,6 +365,7 @@ opus_stat_engine_v1(PG_FUNCTION_ARGS)
 	int64		rss;
 	Datum		values[ENG_COLS];
 	bool		nulls[ENG_COLS];
+	bool		read_all = has_privs_of_role(GetUserId(), ROLE_PG_READ_ALL_STATS);
 	int			i,
 				k = 0;
 
@@ -429,8 +430,12 @@ opus_stat_engine_v1(PG_FUNCTION_ARGS)
 	PUT_OR_NULL(s->have_last, Int64GetDatum(s->last.kv_blocks_total));
 	PUT_OR_NULL(s->have_last, Int64GetDatum(s->last.kv_blocks_used));
 	PUT_OR_NULL(s->have_last, Int64GetDatum(s->last.kv_blocks_cached));
-	values[k++] = Int64GetDatum(s->prefix_hit_total);
-	values[k++] = Int64GetDatum(s->prefix_query_total);
+	/*
+	 * Server-wide prefix counters move with other roles' cache hits: only
+	 * for pg_read_all_stats (tenants.c, docs/tenants.md).
+	 */
+	PUT_OR_NULL(read_all, Int64GetDatum(s->prefix_hit_total));
+	PUT_OR_NULL(read_all, Int64GetDatum(s->prefix_query_total));
 	values[k++] = Int64GetDatum(s->preempt_total);
 	values[k++] = Int32GetDatum(submitted + (s->have_last ? s->last.n_queued : 0));
 	values[k++] = Int32GetDatum(s->have_last ? s->last.n_running : 0);

@@ -78,6 +78,7 @@
 
 #include "opus_experts.h"
 #include "opus_pg.h"
+#include "opus_tenants.h"
 #include "opus_stats.h"
 
 #define BACKOFF_MIN_MS		500
@@ -1550,6 +1551,7 @@ finish_slot(EngineProc *p, int i, const struct opus_proto_done *d)
 		mc->last_done = GetCurrentTimestamp();
 	}
 	OpusStatsRequestDone(i, d, error);
+	OpusTenantCharge(slot->userid, (int64) d->n_prompt + d->n_completion);
 	slot->finish_time = GetCurrentTimestamp();
 	pg_write_barrier();
 	SpinLockAcquire(&slot->mutex);

@@ -38,6 +38,8 @@ default_params(void)
  */
 static uint8_t *submit_copy;
 
+static const struct opus_proto_tenant default_tenant = {0, 0, 1, 0};
+
 static bool
 parse_submit_copy(const uint8_t *buf, size_t len, struct opus_proto_submit *m, const char **why)
 {
@@ -190,6 +192,7 @@ encode_chat(uint8_t *buf, size_t cap, const struct opus_proto_params *p)
 
 	opus_proto_writer_init(&w, buf, cap);
 	opus_proto_encode_submit_head(&w, OPUS_KIND_CHAT, p, 2, stop);
+	opus_proto_encode_submit_tenant(&w, &default_tenant);
 	opus_proto_encode_submit_data_head(&w, 2, (uint32_t) (5 + strlen(c0) + 5 + strlen(c1)));
 	opus_proto_encode_chat_message(&w, OPUS_ROLE_SYSTEM, c0, (uint32_t) strlen(c0));
 	opus_proto_encode_chat_message(&w, OPUS_ROLE_USER, c1, (uint32_t) strlen(c1));
@@ -210,6 +213,7 @@ test_submit(void)
 	/* generate */
 	opus_proto_writer_init(&w, buf, sizeof(buf));
 	opus_proto_encode_submit_head(&w, OPUS_KIND_GENERATE, &p, 0, NULL);
+	opus_proto_encode_submit_tenant(&w, &default_tenant);
 	opus_proto_encode_submit_data_head(&w, 0, 5);
 	opus_proto_w_bytes(&w, "hello", 5);
 	CHECK(parse_submit_copy(buf, w.len, &m, &why), "GENERATE parses");
@@ -256,8 +260,8 @@ test_submit(void)
 	/* bad role */
 	len = encode_chat(buf, sizeof(buf), &p);
 	{
-		/* the first message's role byte follows head + stops + n_items + data_len */
-		size_t		role_at = OPUS_PROTO_SUBMIT_FIXED + (4 + 2) + (4 + 3) + 8;
+		/* the first message's role byte follows head + stops + tenant + n_items + data_len */
+		size_t		role_at = OPUS_PROTO_SUBMIT_FIXED + (4 + 2) + (4 + 3) + OPUS_PROTO_TENANT_SIZE + 8;
 
 		CHECK(buf[role_at] == OPUS_ROLE_SYSTEM, "role byte located");
 		buf[role_at] = OPUS_ROLE__COUNT;
@@ -288,9 +292,35 @@ test_submit(void)
 		}
 	}
 
+	/* the tenant block: round trip, and out-of-range fields rejected */
+	{
+		struct opus_proto_tenant t = {0xabcdef0123456789ULL, 4242, 3, 10};
+		struct opus_proto_tenant bad_t[3] = {{0, 0, 0, 0}, {0, 0, OPUS_PROTO_MAX_WEIGHT + 1, 0},
+		{0, 0, 1, 11}};
+
+		opus_proto_writer_init(&w, buf, sizeof(buf));
+		opus_proto_encode_submit_head(&w, OPUS_KIND_GENERATE, &p, 0, NULL);
+		opus_proto_encode_submit_tenant(&w, &t);
+		opus_proto_encode_submit_data_head(&w, 0, 5);
+		opus_proto_w_bytes(&w, "hello", 5);
+		CHECK(parse_submit_copy(buf, w.len, &m, &why) &&
+			  m.tenant.cache_scope == t.cache_scope && m.tenant.tenant == 4242 &&
+			  m.tenant.weight == 3 && m.tenant.min_priority == 10, "tenant block round trip");
+		for (int i = 0; i < 3; i++)
+		{
+			opus_proto_writer_init(&w, buf, sizeof(buf));
+			opus_proto_encode_submit_head(&w, OPUS_KIND_GENERATE, &p, 0, NULL);
+			opus_proto_encode_submit_tenant(&w, &bad_t[i]);
+			opus_proto_encode_submit_data_head(&w, 0, 5);
+			opus_proto_w_bytes(&w, "hello", 5);
+			CHECK(!parse_submit_copy(buf, w.len, &m, &why), "bad tenant block %d rejected", i);
+		}
+	}
+
 	/* detokenize: data_len must be 4 * n_items */
 	opus_proto_writer_init(&w, buf, sizeof(buf));
 	opus_proto_encode_submit_head(&w, OPUS_KIND_DETOKENIZE, &p, 0, NULL);
+	opus_proto_encode_submit_tenant(&w, &default_tenant);
 	opus_proto_encode_submit_data_head(&w, 3, 12);
 	opus_proto_w_u32(&w, 1);
 	opus_proto_w_u32(&w, 2);
@@ -303,6 +333,7 @@ test_submit(void)
 	/* unknown kind */
 	opus_proto_writer_init(&w, buf, sizeof(buf));
 	opus_proto_encode_submit_head(&w, 9, &p, 0, NULL);
+	opus_proto_encode_submit_tenant(&w, &default_tenant);
 	opus_proto_encode_submit_data_head(&w, 0, 0);
 	CHECK(!parse_submit_copy(buf, w.len, &m, &why), "unknown kind rejected");
 }

@@ -5,7 +5,8 @@
  * pool, cancellation, stop strings (also across token boundaries),
  * max_tokens, priorities (and their aging), submit-time rejections, and the
  * prefix cache: hits change no output (greedy and seeded, alone, rerun,
- * staggered), are counted in tokens, and survive LRU eviction.
+ * staggered), are counted in tokens, and survive LRU eviction; cache
+ * scopes, fair share between tenants and the aging ceiling.
  */
 #include <math.h>
 #include <stdint.h>
@@ -1088,6 +1089,151 @@ test_aging(void)
 	opus_ctx_free(c);
 }
 
+/* Submit prompt as id with p, run to the end, return its DONE record. */
+static struct opus_event
+run_one(struct opus_sched *s, struct collector *col, uint64_t id, const char *prompt,
+		struct opus_gen_params *p)
+{
+	int32_t		toks[512];
+	int			nt = encode(prompt, toks, 512);
+	struct opus_error err = {0};
+	struct got *g;
+
+	CHECK(opus_sched_submit(s, id, toks, nt, p, &err) == OPUS_OK, "submit %llu: %s",
+		  (unsigned long long) id, err.msg);
+	run_all(s, 400);
+	g = got_for(col, id);
+	return g ? g->done : (struct opus_event) {0};
+}
+
+/*
+ * Prefix-cache scopes: a prompt cached under one scope is a miss under
+ * another (and the output does not change); scope 0 is shared by all who
+ * use it.
+ */
+static void
+test_cache_scope(void)
+{
+	struct opus_ctx *c = make_ctx(16, 64, 64, 512);
+	struct collector *col = calloc(1, sizeof(*col));
+	struct opus_sched *s = NULL;
+	struct opus_error err = {0};
+	static char prompt[1024];
+	struct opus_gen_params p = gen(4, 0.0f, 0, 0);
+	struct opus_event d[5];
+
+	if (!c)
+		return;
+	snprintf(prompt, sizeof(prompt), "%s%s", long_prefix, "Arrived late but works well.");
+	CHECK(opus_sched_create(c, on_event, col, &s, &err) == OPUS_OK, "create");
+	p.ignore_eos = true;
+	p.cache_scope = 0x1111;
+	d[0] = run_one(s, col, 1, prompt, &p);
+	d[1] = run_one(s, col, 2, prompt, &p);
+	p.cache_scope = 0x2222;
+	d[2] = run_one(s, col, 3, prompt, &p);
+	p.cache_scope = 0;
+	d[3] = run_one(s, col, 4, prompt, &p);
+	d[4] = run_one(s, col, 5, prompt, &p);
+	CHECK(d[0].n_cached == 0 && d[1].n_cached >= 32, "same scope hits (%d %d)",
+		  d[0].n_cached, d[1].n_cached);
+	CHECK(d[2].n_cached == 0, "another scope misses (%d)", d[2].n_cached);
+	CHECK(d[3].n_cached == 0 && d[4].n_cached >= 32, "the server scope is a scope too (%d %d)",
+		  d[3].n_cached, d[4].n_cached);
+	for (int i = 1; i < 5; i++)
+		CHECK(strcmp(got_for(col, (uint64_t) i + 1)->text, got_for(col, 1)->text) == 0,
+			  "scope %d: same output", i);
+	opus_sched_free(s);
+	free(col);
+	opus_ctx_free(c);
+}
+
+/*
+ * Fair share: with room for two sequences, tenant 1 queues six requests,
+ * then tenant 2 one.  The least-served tenant goes first, so tenant 2's
+ * request is admitted at the first free place, not after tenant 1's
+ * backlog; with one tenant it is first come, first served.  A ceiling
+ * (min_priority) stops aging.
+ */
+static void
+test_fair_share(void)
+{
+	struct opus_ctx *c = make_ctx(16, 2, 64, 64);
+	int32_t		toks[64];
+	int			nt;
+	struct opus_error err = {0};
+
+	if (!c)
+		return;
+	nt = encode("Hello there, my friend", toks, 64);
+	for (int fair = 0; fair < 2; fair++)
+	{
+		struct collector *col = calloc(1, sizeof(*col));
+		struct opus_sched *s = NULL;
+		struct opus_gen_params p = gen(8, 0.0f, 0, 0);
+		int			pos = -1;
+
+		p.ignore_eos = true;
+		CHECK(opus_sched_create(c, on_event, col, &s, &err) == OPUS_OK, "create");
+		p.tenant = 1;
+		for (int i = 0; i < 6; i++)
+			CHECK(opus_sched_submit(s, 100 + (uint64_t) i, toks, nt, &p, &err) == OPUS_OK,
+				  "submit");
+		CHECK(opus_sched_step(s, &err) == OPUS_OK, "step");
+		p.tenant = fair ? 2 : 1;
+		CHECK(opus_sched_submit(s, 200, toks, nt, &p, &err) == OPUS_OK, "submit 200");
+		run_all(s, 400);
+		for (int i = 0; i < col->n_done; i++)
+			if (col->done_order[i] == 200)
+				pos = i;
+		if (fair)
+			CHECK(pos >= 0 && pos <= 3, "the other tenant's request finishes early (%d of 7)",
+				  pos + 1);
+		else
+			CHECK(pos == 6, "one tenant: first come, first served (%d of 7)", pos + 1);
+		opus_sched_free(s);
+		free(col);
+	}
+	opus_ctx_free(c);
+
+	/* aging stops at min_priority: a batch request with ceiling 2 never passes class 0 */
+	c = make_ctx(16, 1, 64, 64);
+	if (!c)
+		return;
+	{
+		struct collector *col = calloc(1, sizeof(*col));
+		struct opus_sched *s = NULL;
+		struct opus_gen_params fg = gen(3, 0.0f, 0, 0);
+		struct opus_gen_params bg = gen(3, 0.0f, 0, 3);
+		struct timespec ts = {0, 400 * 1000 * 1000};
+
+		fg.ignore_eos = bg.ignore_eos = true;
+		bg.min_priority = 2;
+		CHECK(opus_sched_create(c, on_event, col, &s, &err) == OPUS_OK, "create");
+		opus_sched_set_aging(s, 50.0);
+		CHECK(opus_sched_submit(s, 30, toks, nt, &fg, &err) == OPUS_OK, "submit fg 30");
+		CHECK(opus_sched_step(s, &err) == OPUS_OK, "step");
+		CHECK(opus_sched_submit(s, 31, toks, nt, &bg, &err) == OPUS_OK, "submit bg 31");
+		nanosleep(&ts, NULL);
+		CHECK(opus_sched_submit(s, 32, toks, nt, &fg, &err) == OPUS_OK, "submit fg 32");
+		run_all(s, 200);
+		CHECK(col->n_done == 3 && col->done_order[1] == 32 && col->done_order[2] == 31,
+			  "aging stops at the ceiling: %llu %llu %llu",
+			  (unsigned long long) col->done_order[0], (unsigned long long) col->done_order[1],
+			  (unsigned long long) col->done_order[2]);
+		bg.min_priority = 4;
+		CHECK(opus_sched_submit(s, 33, toks, nt, &bg, &err) == OPUS_ERR_INVALID_ARG,
+			  "min_priority above priority rejected");
+		bg.min_priority = 0;
+		bg.weight = OPUS_SCHED_MAX_WEIGHT + 1;
+		CHECK(opus_sched_submit(s, 34, toks, nt, &bg, &err) == OPUS_ERR_INVALID_ARG,
+			  "weight out of range rejected");
+		opus_sched_free(s);
+		free(col);
+	}
+	opus_ctx_free(c);
+}
+
 int
 main(void)
 {
@@ -1119,6 +1265,8 @@ main(void)
 	test_prefix_cache();
 	test_prefix_eviction();
 	test_aging();
+	test_cache_scope();
+	test_fair_share();
 	opus_model_free(model);
 	return UNIT_DONE();
 }
