@@ -33,6 +33,14 @@ SELECT * FROM opus_async;
 \echo :LAST_ERROR_SQLSTATE
 SELECT * FROM opus_generate_many(ARRAY['x']);
 \echo :LAST_ERROR_SQLSTATE
+SELECT opus_generate_stream('x');
+\echo :LAST_ERROR_SQLSTATE
+SELECT opus_chat_stream('[{"role": "user", "content": "hi"}]');
+\echo :LAST_ERROR_SQLSTATE
+SELECT opus_generate_stream_completion('x');
+\echo :LAST_ERROR_SQLSTATE
+SELECT opus_chat_stream_completion('[{"role": "user", "content": "hi"}]');
+\echo :LAST_ERROR_SQLSTATE
 -- A job can be defined, but not run.
 \set SHOW_CONTEXT never
 CREATE TABLE t (id int PRIMARY KEY, body text);

@@ -365,8 +365,9 @@ OpusParseMessages(Jsonb *jb, OpusRequest *req)
  * Generation
  * --------------------------------------------------------------------- */
 
-static void
-run_generation(FunctionCallInfo fcinfo, uint8 kind, OpusRequest *req, OpusResult *res)
+/* A generation request (prompt or chat messages + options) from fcinfo. */
+void
+OpusParseGeneration(FunctionCallInfo fcinfo, uint8 kind, OpusRequest *req)
 {
 	OpusCheckPreloaded();
 	memset(req, 0, sizeof(*req));
@@ -377,6 +378,12 @@ run_generation(FunctionCallInfo fcinfo, uint8 kind, OpusRequest *req, OpusResult
 		parse_prompt(fcinfo, req);
 	OpusParseOptions(fcinfo, req);
 	OpusParseModelArg(fcinfo, OPT_MODEL, req);
+}
+
+static void
+run_generation(FunctionCallInfo fcinfo, uint8 kind, OpusRequest *req, OpusResult *res)
+{
+	OpusParseGeneration(fcinfo, kind, req);
 	OpusRunRequest(req, res);
 	remember(kind, res);
 }
@@ -405,8 +412,8 @@ opus_chat(PG_FUNCTION_ARGS)
  * The served model's name: the declared name of a named model; for the
  * default model its file's short name (the file name without ".gguf").
  */
-static char *
-served_model_name(int model)
+char *
+OpusServedModelName(int model)
 {
 	OpusEngineStatus *e = OpusModel(model);
 	char		path[OPUS_PROTO_PATH_LEN];
@@ -442,7 +449,7 @@ OpusCompletionJsonb(bool chat, const OpusResult *res)
 					 (unsigned int) (res->request_id >> 32),
 					 chat ? "chat.completion" : "text_completion",
 					 (long long) time(NULL));
-	escape_json(&buf, served_model_name(res->served_model));
+	escape_json(&buf, OpusServedModelName(res->served_model));
 	appendStringInfo(&buf, ", \"model_version\": %d", res->served_version);
 	appendStringInfoString(&buf, ", \"choices\": [{\"index\": 0, ");
 	if (chat)

@@ -89,6 +89,7 @@ typedef struct OpusSlot
 	uint8		served_model;	/* model entry that served it (supervisor) */
 	TimestampTz submit_time;
 	bool		async;			/* opus_submit: outlives the call (async.c) */
+	bool		stream;			/* read while RUNNING (stream.c): wake per TEXT */
 	TimestampTz finish_time;	/* when it became DONE/ERROR (supervisor) */
 	ConditionVariable cv;		/* broadcast when state becomes DONE/ERROR */
 
@@ -296,6 +297,8 @@ extern void OpusParseModelArg(FunctionCallInfo fcinfo, int argno, OpusRequest *r
 extern void OpusCheckPromptSize(size_t len, const char *what_is);
 extern void OpusParseMessages(Jsonb *jb, OpusRequest *req);
 extern Datum OpusCompletionJsonb(bool chat, const OpusResult *res);
+extern void OpusParseGeneration(FunctionCallInfo fcinfo, uint8 kind, OpusRequest *req);
+extern char *OpusServedModelName(int model);
 
 /* ---- asynchronous requests (async.c) ---- */
 

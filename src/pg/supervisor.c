@@ -1490,7 +1490,10 @@ append_result(EngineProc *p, int i, uint64 id, const char *data, size_t len)
 		return;
 	}
 	memcpy(OpusSlotBuf(slot) + slot->result_len, data, len);
+	pg_write_barrier();			/* the bytes before the length (stream.c) */
 	slot->result_len += (uint32) len;
+	if (slot->stream)
+		ConditionVariableBroadcast(&slot->cv);
 }
 
 static void
