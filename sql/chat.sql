@@ -1,6 +1,14 @@
--- chat: messages rendered with the model's chat template (ChatML for SmolLM2,
--- as llama.cpp renders it: no default system message).
+-- chat: messages rendered with the model's own Jinja chat template, as
+-- Hugging Face's apply_chat_template renders it (docs/chat_templates.md).
+-- SmolLM2's template adds a default system message ("You are a helpful AI
+-- assistant named SmolLM, trained by Hugging Face") when there is none: the
+-- answer below is the model's with that prompt (before 0.2.0 the prompt had
+-- no system message and the answer was "The capital of France is Paris.").
 SELECT opus_chat('[{"role": "user", "content": "What is the capital of France?"}]',
+                 max_tokens => 16, temperature => 0);
+-- With a system message of our own, the template leaves it as it is.
+SELECT opus_chat('[{"role": "system", "content": "You are a helpful assistant."},
+                   {"role": "user", "content": "What is the capital of France?"}]',
                  max_tokens => 16, temperature => 0);
 -- A system message and a multi-turn conversation are accepted.
 SELECT length(opus_chat('[{"role": "system", "content": "You are a terse assistant."},
@@ -28,5 +36,6 @@ SELECT c->>'object' AS object,
        c->'usage'->'prompt_tokens' AS prompt_tokens,
        (c->'usage'->>'prompt_tokens')::int + (c->'usage'->>'completion_tokens')::int
            = (c->'usage'->>'total_tokens')::int AS total_ok
-FROM opus_chat_completion('[{"role": "user", "content": "What is the capital of France?"}]',
+FROM opus_chat_completion('[{"role": "system", "content": "You are a helpful assistant."},
+                            {"role": "user", "content": "What is the capital of France?"}]',
                           max_tokens => 16, temperature => 0) AS c;

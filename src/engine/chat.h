@@ -5,9 +5,10 @@
  * detects its built-in templates (substring heuristics on the Jinja source,
  * or an exact built-in name such as "chatml"), then rendered by a small C
  * renderer per family, byte for byte as llama.cpp's llama_chat_apply_template
- * renders it (test/golden/chat/ holds goldens made with it).  No Jinja
- * interpreter: whatever else a model's Jinja template does (e.g. SmolLM2's
- * default system prompt) is not reproduced, exactly as in llama.cpp.
+ * renders it (test/golden/chat/ holds goldens made with it).  These families
+ * are the fallback: the engine renders with the model's own Jinja template
+ * (struct opus_chat_renderer below, chat_jinja.c, jinja.h) and uses a
+ * family only when that is impossible.
  *
  * Unknown templates: opus_chat_detect() returns OPUS_CHAT_UNKNOWN for a
  * template it does not recognise (or one of llama.cpp's families that is not
@@ -72,5 +73,53 @@ enum opus_status opus_chat_render(enum opus_chat_template t,
 								  bool add_generation_prompt,
 								  char **out, size_t *out_len,
 								  struct opus_error *err);
+
+/*
+ * The renderer the engine uses (chat_jinja.c): the model's own Jinja
+ * template executed by the interpreter in jinja.h, as Hugging Face's
+ * apply_chat_template renders it; the pattern families above are the
+ * fallback for a model without a template, or whose template the
+ * interpreter cannot parse (an unsupported filter or statement, a
+ * malformed file), and, per request, for a render that reaches something
+ * unsupported at run time.  A template's own errors (raise_exception for a
+ * role it refuses, a limit reached) are OPUS_ERR_TEMPLATE, not a fallback.
+ */
+struct opus_chat_renderer;
+
+/*
+ * tmpl may be NULL (no template: ChatML).  bos / eos are the texts of the
+ * model's BOS / EOS tokens ("" when none), the template's bos_token and
+ * eos_token; strip_bos: the tokenizer adds BOS itself, so a rendered text
+ * that starts with bos_token loses it (as llama.cpp does with --jinja).
+ * Fails only for out-of-memory.
+ */
+enum opus_status opus_chat_renderer_create(const char *tmpl, size_t len,
+										   const char *bos, const char *eos,
+										   bool strip_bos,
+										   struct opus_chat_renderer **out,
+										   struct opus_error *err);
+/* The same with bos / eos / strip_bos taken from the model's tokenizer. */
+struct opus_tokenizer;
+enum opus_status opus_chat_renderer_for_tokenizer(const char *tmpl, size_t len,
+												  const struct opus_tokenizer *tok,
+												  struct opus_chat_renderer **out,
+												  struct opus_error *err);
+void		opus_chat_renderer_free(struct opus_chat_renderer *r);
+/* "jinja", or the fallback family's name (opus_chat_name) */
+const char *opus_chat_renderer_name(const struct opus_chat_renderer *r);
+/* why the fallback was taken ("" for jinja): for the engine log */
+const char *opus_chat_renderer_why(const struct opus_chat_renderer *r);
+
+/*
+ * Render messages; tools_json (may be NULL) is a JSON array of OpenAI-style
+ * tool definitions handed to the template as `tools` (null when NULL).  A
+ * fallback render ignores tools.  *out is malloc'd and NUL-terminated.
+ */
+enum opus_status opus_chat_renderer_apply(const struct opus_chat_renderer *r,
+										  const struct opus_chat_msg *msgs, int n_msgs,
+										  const char *tools_json, size_t tools_len,
+										  bool add_generation_prompt,
+										  char **out, size_t *out_len,
+										  struct opus_error *err);
 
 #endif							/* OPUS_CHAT_H */

@@ -378,16 +378,19 @@ opus_cli_run(int argc, char **argv)
 	{
 		size_t		tlen;
 		const char *tmpl = opus_model_chat_template(m, &tlen);
-		enum opus_chat_template ct = opus_chat_detect(tmpl, tlen);
 		struct opus_chat_msg msg = {.role = "user",.content = prompt};
+		struct opus_chat_renderer *cr;
 		size_t		rlen;
+		enum opus_status cst;
 
-		if (ct == OPUS_CHAT_UNKNOWN)
-		{
-			fprintf(stderr, "opus_engine run: unknown chat template, using chatml\n");
-			ct = OPUS_CHAT_CHATML;
-		}
-		if (opus_chat_render(ct, &msg, 1, true, &rendered, &rlen, &err) != OPUS_OK)
+		if (opus_chat_renderer_for_tokenizer(tmpl, tlen, tok, &cr, &err) != OPUS_OK)
+			goto error;
+		if (strcmp(opus_chat_renderer_name(cr), "jinja") != 0)
+			fprintf(stderr, "opus_engine run: chat template: %s pattern fallback (%s)\n",
+					opus_chat_renderer_name(cr), opus_chat_renderer_why(cr));
+		cst = opus_chat_renderer_apply(cr, &msg, 1, NULL, 0, true, &rendered, &rlen, &err);
+		opus_chat_renderer_free(cr);
+		if (cst != OPUS_OK)
 			goto error;
 	}
 	if (tokenize(tok, rendered ? rendered : prompt, true, &toks, &n_prompt, &err) != OPUS_OK)

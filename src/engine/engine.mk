@@ -200,7 +200,7 @@ FUZZ_SECONDS ?= 60
 FUZZ_RSS_MB ?= 2048
 FUZZ_MALLOC_MB ?= 512
 FUZZ_NICE ?= nice -n 19
-FUZZ_TARGETS ?= gguf tokenizer protocol chat model
+FUZZ_TARGETS ?= gguf tokenizer protocol chat model jinja
 FUZZ_ARGS ?=
 FUZZ_CFLAGS := -g -O1 -std=gnu11 -D_GNU_SOURCE -iquote src/engine -iquote src \
 	-fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
@@ -212,6 +212,7 @@ FUZZ_SRCS_tokenizer := src/engine/tokenizer.c src/engine/tok_encode.c src/engine
 	src/engine/gguf.c src/engine/gguf_write.c src/engine/status.c
 FUZZ_SRCS_protocol :=
 FUZZ_SRCS_chat := src/engine/chat.c src/engine/status.c
+FUZZ_SRCS_jinja := src/engine/jinja_parse.c src/engine/jinja_eval.c src/engine/status.c
 # the whole engine but the type table and kernels, AVX2 paths included
 # (matmul_avx2.c's VNNI kernels need gcc's per-function target attributes)
 FUZZ_SRCS_model := $(filter-out src/engine/qtype.c src/engine/quant_ref.c src/engine/quant_avx2.c \
@@ -223,6 +224,7 @@ FUZZ_MAXLEN_gguf := 16384
 FUZZ_MAXLEN_tokenizer := 2048
 FUZZ_MAXLEN_protocol := 4096
 FUZZ_MAXLEN_chat := 4096
+FUZZ_MAXLEN_jinja := 16384
 FUZZ_MAXLEN_model := 262144
 FUZZ_MODEL_ENV = $(if $(wildcard $(DEFAULT_MODEL)),OPUS_MODEL=$(abspath $(DEFAULT_MODEL)))
 

@@ -96,7 +96,7 @@ struct serve
 	struct opus_ctx *ctx;
 	struct opus_sched *sched;
 	const struct opus_tokenizer *tok;
-	enum opus_chat_template chat_tmpl;
+	struct opus_chat_renderer *chat;	/* the model's template (chat.h) */
 	struct serve_buf in;		/* received, not yet parsed */
 	struct serve_buf out;		/* frames to send */
 	bool		out_failed;		/* a write failed: the peer is gone */
@@ -474,8 +474,8 @@ render_chat(struct serve *s, const struct opus_proto_submit *m,
 			w += c.len + 1;
 		}
 	}
-	st = opus_chat_render(s->chat_tmpl, msgs, (int) m->n_items, true,
-						  text, text_len, err);
+	st = opus_chat_renderer_apply(s->chat, msgs, (int) m->n_items, NULL, 0, true,
+								  text, text_len, err);
 	free(msgs);
 	free(store);
 	return st;
@@ -990,10 +990,14 @@ serve_start(struct serve *s, const struct opus_proto_hello *hello,
 		return st;
 
 	tmpl = opus_model_chat_template(s->model, &tmpl_len);
-	s->chat_tmpl = tmpl ? opus_chat_detect(tmpl, tmpl_len) : OPUS_CHAT_CHATML;
-	/* A template we cannot recognise falls back to ChatML, as llama.cpp does. */
-	if (s->chat_tmpl == OPUS_CHAT_UNKNOWN)
-		s->chat_tmpl = OPUS_CHAT_CHATML;
+	st = opus_chat_renderer_for_tokenizer(tmpl, tmpl_len, s->tok, &s->chat, err);
+	if (st != OPUS_OK)
+		return st;
+	if (strcmp(opus_chat_renderer_name(s->chat), "jinja") == 0)
+		fprintf(stderr, "opus_engine serve: chat template: the model's own (jinja)\n");
+	else
+		fprintf(stderr, "opus_engine serve: chat template: %s pattern fallback (%s)\n",
+				opus_chat_renderer_name(s->chat), opus_chat_renderer_why(s->chat));
 
 	memset(ready, 0, sizeof(*ready));
 	ready->magic = OPUS_PROTO_MAGIC;
@@ -1013,7 +1017,7 @@ serve_start(struct serve *s, const struct opus_proto_hello *hello,
 	qi = opus_qtype_info((uint32_t) hp->main_type);
 	snprintf(ready->tensor_type, sizeof(ready->tensor_type), "%s", qi ? qi->name : "unknown");
 	snprintf(ready->chat_template, sizeof(ready->chat_template), "%s",
-			 opus_chat_name(s->chat_tmpl));
+			 opus_chat_renderer_name(s->chat));
 	return OPUS_OK;
 }
 
@@ -1026,6 +1030,7 @@ serve_free(struct serve *s)
 		opus_ctx_free(s->ctx);
 	if (s->kv_map)
 		(void) munmap(s->kv_map, s->kv_map_len);
+	opus_chat_renderer_free(s->chat);
 	if (s->model)
 		opus_model_free(s->model);
 	free(s->in.data);
