@@ -57,7 +57,7 @@ SET ROLE regress_opus_b;
 INSERT INTO stats_usage
 SELECT current_user, (r->'usage'->>'prompt_tokens')::int, (r->'usage'->>'completion_tokens')::int,
        NULL, r->'choices'->0->>'finish_reason'
-FROM opus_chat_completion('[{"role": "user", "content": "Say hello."}]', max_tokens => 8, temperature => 0) r;
+FROM opus_chat_completion('[{"role": "system", "content": "Stats test."}, {"role": "user", "content": "Say hello."}]', max_tokens => 8, temperature => 0) r;
 RESET ROLE;
 
 -- Prompt tokens agree with opus_tokenize; greedy runs to max_tokens here.
