@@ -92,6 +92,9 @@ SELECT try($$SELECT opus_model_swap('ghost', '/nonexistent/new.gguf')$$);
 SELECT try($$SELECT opus_model_rollback('nope')$$);
 SELECT try($$SELECT opus_model_rollback('default')$$);
 
+-- Jobs take "model" and "fallback" options.
+SELECT try($$SELECT opus_job_check_options('{"model": "ghost", "fallback": true}')$$);
+
 -- Removing the declarations: the models go, their names are unknown again.
 ALTER SYSTEM RESET opus.models;
 SELECT pg_reload_conf();

@@ -371,10 +371,10 @@ BEGIN
     FOR k IN SELECT pg_catalog.jsonb_object_keys(options) LOOP
         IF NOT k OPERATOR(pg_catalog.=) ANY (ARRAY['max_tokens', 'temperature', 'top_p', 'top_k', 'min_p',
                 'presence_penalty', 'frequency_penalty', 'repetition_penalty', 'seed', 'stop',
-                'system', 'chat']) THEN
+                'system', 'chat', 'model', 'fallback']) THEN
             RAISE EXCEPTION 'unknown job option "%"', k
                 USING ERRCODE = 'invalid_parameter_value',
-                      HINT = 'Options are the arguments of opus_generate (max_tokens, temperature, top_p, top_k, min_p, presence_penalty, frequency_penalty, repetition_penalty, seed, stop), plus "system" (a system message: the rows are sent as chat) and "chat" (true: send rows as chat).';
+                      HINT = 'Options are the arguments of opus_generate (max_tokens, temperature, top_p, top_k, min_p, presence_penalty, frequency_penalty, repetition_penalty, seed, stop, model, fallback), plus "system" (a system message: the rows are sent as chat) and "chat" (true: send rows as chat).';
         END IF;
     END LOOP;
 END
@@ -415,7 +415,9 @@ BEGIN
             repetition_penalty => (options OPERATOR(pg_catalog.->>) 'repetition_penalty')::double precision,
             seed => (options OPERATOR(pg_catalog.->>) 'seed')::bigint,
             stop => stop,
-            detached => false);
+            detached => false,
+            model => options OPERATOR(pg_catalog.->>) 'model',
+            fallback => (options OPERATOR(pg_catalog.->>) 'fallback')::boolean);
     END IF;
     RETURN @extschema@.opus_submit(
         prompt,
@@ -429,7 +431,9 @@ BEGIN
         repetition_penalty => (options OPERATOR(pg_catalog.->>) 'repetition_penalty')::double precision,
         seed => (options OPERATOR(pg_catalog.->>) 'seed')::bigint,
         stop => stop,
-        detached => false);
+        detached => false,
+        model => options OPERATOR(pg_catalog.->>) 'model',
+        fallback => (options OPERATOR(pg_catalog.->>) 'fallback')::boolean);
 END
 $$;
 

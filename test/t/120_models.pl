@@ -93,6 +93,13 @@ isnt($text_tiny, $text_default, 'the two models answer differently');
 		'the request log names the model');
 }
 
+# ---- a job with options {"model": "tiny"}
+sql("CREATE TABLE src (k int PRIMARY KEY, body text); INSERT INTO src SELECT g, 'Hello' FROM generate_series(1, 3) g");
+sql(q{SELECT opus_job_create('tinyjob', 'src', '{k}', '{{body}}', 'out', options => '{"model": "tiny", "max_tokens": 8, "temperature": 0}')});
+sql("CALL opus_job_run('tinyjob')");
+is(sql("SELECT count(*) FILTER (WHERE md5(output) = '$text_tiny') FROM out"), 3,
+	'a job with the "model" option runs on that model');
+
 # ---- kill -9 of tiny's engine while the default generates
 {
 	my $tiny_pid = model_row('tiny')->{pid};
