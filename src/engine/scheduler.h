@@ -25,7 +25,7 @@
 #define OPUS_MAX_STOP_LEN 256	/* bytes per stop string */
 #define OPUS_SCHED_AGING_MS 2000.0	/* default: a waiting request moves up one class per 2 s */
 #define OPUS_SCHED_MAX_WEIGHT 1000	/* fair-share weight upper bound */
-#define OPUS_SCHED_FAIR_MARGIN 256.0	/* virtual tokens: fair-share preemption threshold */
+#define OPUS_SCHED_FAIR_MARGIN 64.0	/* virtual tokens: fair-share preemption threshold */
 #define OPUS_SCHED_FAIR_IDLE_MS 500.0	/* a tenant idle this long loses its banked credit */
 
 enum opus_finish
