@@ -64,7 +64,8 @@ RESET ROLE;
 SELECT who, prompt_tokens = tokenized AS tokens_agree, completion_tokens, finish
 FROM stats_usage WHERE tokenized IS NOT NULL ORDER BY who, prompt_tokens;
 
--- pg_stat_opus moved by exactly the usage of those calls.
+-- pg_stat_opus moved by exactly the usage of those calls (cached_tokens:
+-- each role hits only its own earlier prompts, docs/tenants.md).
 SELECT r.rolname, s.model = (SELECT model FROM pg_stat_opus_engine) AS served_model,
        s.dbid = (SELECT oid FROM pg_database WHERE datname = current_database()) AS this_db,
        s.calls, s.errors, s.cancellations, s.rejections,
