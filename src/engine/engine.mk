@@ -212,7 +212,7 @@ FUZZ_SRCS_tokenizer := src/engine/tokenizer.c src/engine/tok_encode.c src/engine
 	src/engine/gguf.c src/engine/gguf_write.c src/engine/status.c
 FUZZ_SRCS_protocol :=
 FUZZ_SRCS_chat := src/engine/chat.c src/engine/status.c
-FUZZ_SRCS_jinja := src/engine/jinja_parse.c src/engine/jinja_eval.c src/engine/status.c
+FUZZ_SRCS_jinja := $(wildcard src/engine/jinja_*.c) src/engine/status.c
 # the whole engine but the type table and kernels, AVX2 paths included
 # (matmul_avx2.c's VNNI kernels need gcc's per-function target attributes)
 FUZZ_SRCS_model := $(filter-out src/engine/qtype.c src/engine/quant_ref.c src/engine/quant_avx2.c \
