@@ -89,6 +89,17 @@ SELECT try($$SELECT opus_model_swap('nope', '/x.gguf')$$);
 SELECT try($$SELECT opus_model_swap(NULL, '/x.gguf')$$);
 SELECT try($$SELECT opus_model_swap('ghost', '')$$);
 SELECT try($$SELECT opus_model_swap('ghost', '/nonexistent/new.gguf')$$);
+-- Canaries: a JSON array of 1 to 4 {"prompt", "expect", "max_tokens"}.
+SELECT try($$SELECT opus_model_swap('ghost', (SELECT path FROM opus_models WHERE name = 'default'), '{}')$$);
+SELECT try($$SELECT opus_model_swap('ghost', (SELECT path FROM opus_models WHERE name = 'default'), '[]')$$);
+SELECT try($$SELECT opus_model_swap('ghost', (SELECT path FROM opus_models WHERE name = 'default'), '[1]')$$);
+SELECT try($$SELECT opus_model_swap('ghost', (SELECT path FROM opus_models WHERE name = 'default'), '[{"expect": "x"}]')$$);
+SELECT try($$SELECT opus_model_swap('ghost', (SELECT path FROM opus_models WHERE name = 'default'), '[{"prompt": ""}]')$$);
+SELECT try($$SELECT opus_model_swap('ghost', (SELECT path FROM opus_models WHERE name = 'default'), '[{"prompt": 5}]')$$);
+SELECT try($$SELECT opus_model_swap('ghost', (SELECT path FROM opus_models WHERE name = 'default'), '[{"prompt": "x", "max_tokens": 0}]')$$);
+SELECT try($$SELECT opus_model_swap('ghost', (SELECT path FROM opus_models WHERE name = 'default'), '[{"prompt": "x", "max_tokens": "8"}]')$$);
+SELECT try($$SELECT opus_model_swap('ghost', (SELECT path FROM opus_models WHERE name = 'default'), (SELECT jsonb_agg(jsonb_build_object('prompt', 'x')) FROM generate_series(1, 5)))$$);
+SELECT try($$SELECT opus_model_swap('ghost', (SELECT path FROM opus_models WHERE name = 'default'), jsonb_build_array(jsonb_build_object('prompt', repeat('x', 300))))$$);
 SELECT try($$SELECT opus_model_rollback('nope')$$);
 SELECT try($$SELECT opus_model_rollback('default')$$);
 

@@ -42,15 +42,15 @@ COMMENT ON VIEW @extschema@.opus_models IS 'the declared models and their state'
 
 GRANT SELECT ON @extschema@.opus_models TO PUBLIC;
 
-CREATE FUNCTION @extschema@.opus_model_swap(name text, path text)
+CREATE FUNCTION @extschema@.opus_model_swap(name text, path text, canaries jsonb DEFAULT NULL)
 RETURNS void
 AS 'MODULE_PATHNAME', 'opus_model_swap'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
-COMMENT ON FUNCTION @extschema@.opus_model_swap(text, text)
-IS 'start path as the new version of model name beside the serving one; it takes over after a warm-up, and the old version stays the rollback target for opus.model_probation';
+COMMENT ON FUNCTION @extschema@.opus_model_swap(text, text, jsonb)
+IS 'start path as the new version of model name beside the serving one; it takes over after a warm-up (canaries: [{"prompt", "expect", "max_tokens"}], default three fixed prompts), and the old version stays the rollback target for opus.model_probation';
 
-REVOKE ALL ON FUNCTION @extschema@.opus_model_swap(text, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.opus_model_swap(text, text, jsonb) FROM PUBLIC;
 
 CREATE FUNCTION @extschema@.opus_model_rollback(name text)
 RETURNS void

@@ -36,6 +36,8 @@
 #include "storage/proc.h"
 #include "utils/acl.h"
 #include "utils/builtins.h"
+#include "utils/jsonb.h"
+#include "utils/numeric.h"
 #include "utils/guc.h"
 #include "utils/timestamp.h"
 
@@ -570,11 +572,83 @@ admin_lookup(text *name_t)
 }
 
 /*
- * opus_model_swap(name, path): start `path` as the new version of model
- * `name` beside the serving one; it takes over after its warm-up.  Returns
+ * opus_model_swap(name, path, canaries): start `path` as the new version
+ * of model `name` beside the serving one; it takes over after its warm-up
+ * (the canaries, jsonb [{"prompt", "expect", "max_tokens"}], or three
+ * fixed prompts; a canary with "expect" must give exactly that greedy
+ * output).  Returns
  * at once; opus_models shows the progress.  Superuser-only by default
  * (EXECUTE revoked from PUBLIC).
  */
+static void
+canary_error(const char *detail)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+			 errmsg("canaries must be a JSON array of up to %d objects {\"prompt\": ..., \"expect\": ..., \"max_tokens\": ...}",
+					OPUS_MAX_CANARIES),
+			 errdetail("%s", detail)));
+}
+
+/* A string member of a canary object into out (UTF-8), false if absent. */
+static bool
+canary_string(JsonbContainer *obj, const char *key, char *out, bool required)
+{
+	JsonbValue	v;
+	const char *s;
+	size_t		len;
+
+	if (!getKeyJsonValueFromContainer(obj, key, strlen(key), &v))
+	{
+		if (required)
+			canary_error(psprintf("A canary has no \"%s\".", key));
+		return false;
+	}
+	if (v.type != jbvString)
+		canary_error(psprintf("\"%s\" must be a string.", key));
+	s = OpusTextToUtf8(v.val.string.val, v.val.string.len, &len);
+	if (len >= OPUS_CANARY_LEN || (required && len == 0))
+		canary_error(psprintf("\"%s\" must have 1 to %d bytes.", key, OPUS_CANARY_LEN - 1));
+	memcpy(out, s, len);
+	out[len] = '\0';
+	return true;
+}
+
+/* opus_model_swap's canaries (jsonb) into out[]; returns how many. */
+static int
+parse_canaries(Jsonb *jb, OpusCanary *out)
+{
+	int			n,
+				i;
+
+	if (!JB_ROOT_IS_ARRAY(jb) || JB_ROOT_IS_SCALAR(jb))
+		canary_error("The value is not a JSON array.");
+	n = JB_ROOT_COUNT(jb);
+	if (n < 1 || n > OPUS_MAX_CANARIES)
+		canary_error(psprintf("It has %d elements.", n));
+	for (i = 0; i < n; i++)
+	{
+		JsonbValue *elem = getIthJsonbValueFromContainer(&jb->root, i);
+		JsonbValue	v;
+
+		if (elem == NULL || elem->type != jbvBinary || !JsonContainerIsObject(elem->val.binary.data))
+			canary_error("An element is not a JSON object.");
+		memset(&out[i], 0, sizeof(OpusCanary));
+		(void) canary_string(elem->val.binary.data, "prompt", out[i].prompt, true);
+		out[i].has_expect = canary_string(elem->val.binary.data, "expect", out[i].expect, false);
+		out[i].max_tokens = 8;
+		if (getKeyJsonValueFromContainer(elem->val.binary.data, "max_tokens", 10, &v))
+		{
+			if (v.type != jbvNumeric)
+				canary_error("\"max_tokens\" must be a number.");
+			out[i].max_tokens = DatumGetInt32(DirectFunctionCall1(numeric_int4, NumericGetDatum(v.val.numeric)));
+			if (out[i].max_tokens < 1 || out[i].max_tokens > 64)
+				canary_error("\"max_tokens\" must be between 1 and 64.");
+		}
+	}
+	return n;
+}
+
 PG_FUNCTION_INFO_V1(opus_model_swap);
 Datum
 opus_model_swap(PG_FUNCTION_ARGS)
@@ -584,6 +658,8 @@ opus_model_swap(PG_FUNCTION_ARGS)
 	char		resolved[OPUS_PROTO_PATH_LEN];
 	OpusEngineStatus *e;
 	bool		busy;
+	OpusCanary	canaries[OPUS_MAX_CANARIES];
+	int			n_canaries = 0;
 
 	if (PG_ARGISNULL(0) || PG_ARGISNULL(1))
 		ereport(ERROR,
@@ -600,12 +676,16 @@ opus_model_swap(PG_FUNCTION_ARGS)
 		ereport(ERROR,
 				(errcode(ERRCODE_UNDEFINED_FILE),
 				 errmsg("opus model file \"%s\" does not exist", resolved)));
+	if (PG_NARGS() > 2 && !PG_ARGISNULL(2))
+		n_canaries = parse_canaries(PG_GETARG_JSONB_P(2), canaries);
 	e = OpusModel(i);
 	SpinLockAcquire(&e->mutex);
 	busy = e->swap_state != OPUS_SWAP_NONE || e->swap_requested || e->rollback_requested;
 	if (!busy)
 	{
 		strlcpy(e->requested_path, resolved, sizeof(e->requested_path));
+		e->n_requested_canaries = n_canaries;
+		memcpy(e->requested_canaries, canaries, sizeof(OpusCanary) * n_canaries);
 		e->swap_requested = true;
 	}
 	SpinLockRelease(&e->mutex);

@@ -124,6 +124,18 @@ typedef enum OpusEngineState
 #define OPUS_MAX_MODELS			8
 #define OPUS_MODEL_NAME_LEN		64
 
+/* Warm-up prompts of a swap (opus_model_swap's canaries argument). */
+#define OPUS_MAX_CANARIES		4
+#define OPUS_CANARY_LEN			256
+
+typedef struct OpusCanary
+{
+	char		prompt[OPUS_CANARY_LEN];
+	char		expect[OPUS_CANARY_LEN];	/* the greedy output it must give */
+	bool		has_expect;
+	int			max_tokens;
+} OpusCanary;
+
 /* A model's swap, as OpusEngineStatus.swap_state says it. */
 typedef enum OpusSwapState
 {
@@ -161,6 +173,8 @@ typedef struct OpusEngineStatus
 	bool		swap_requested;
 	bool		rollback_requested;
 	char		requested_path[OPUS_PROTO_PATH_LEN];
+	int			n_requested_canaries;	/* 0 = the default canaries */
+	OpusCanary	requested_canaries[OPUS_MAX_CANARIES];
 	/* the engine serving the entry */
 	OpusEngineState state;
 	int			supervisor_pid;

@@ -89,7 +89,7 @@
 #define N_CANARIES			3
 #define PROBATION_MIN_REQUESTS 8
 
-/* The canary prompts a new version must answer before it serves. */
+/* The canary prompts a new version must answer before it serves, by default. */
 static const char *const canary_prompts[N_CANARIES] = {
 	"The capital of France is",
 	"1, 2, 3, 4,",
@@ -127,6 +127,9 @@ typedef struct EngineProc
 	/* warm-up (a swap's candidate) */
 	bool		warming;
 	int			warm_done;
+	int			warm_n;			/* canaries sent */
+	char		warm_text[OPUS_MAX_CANARIES][OPUS_CANARY_LEN];	/* their outputs so far */
+	size_t		warm_len[OPUS_MAX_CANARIES];
 	TimestampTz warm_deadline;
 	/* wait set */
 	int			wes_pos;
@@ -163,6 +166,8 @@ typedef struct ModelCtl
 	char		swap_why[OPUS_PROTO_MSG_LEN];	/* an automatic rollback's reason */
 	char		note[OPUS_PROTO_MSG_LEN];	/* last_error to show once ready again */
 	TimestampTz swap_started;
+	int			n_canaries;		/* this swap's own canaries, 0 = the defaults */
+	OpusCanary	canaries[OPUS_MAX_CANARIES];
 	char		prev_path[OPUS_PROTO_PATH_LEN];
 	TimestampTz probation_until;
 	int64		probation_done;
@@ -1224,32 +1229,58 @@ start_swap(int m, const char *path, bool is_rollback, const char *why)
 														  opus_model_warmup_timeout_ms);
 }
 
-/* The candidate is READY: send the canary prompts (greedy, 8 tokens). */
+/*
+ * The candidate is READY: send the canary prompts (greedy; the swap's own,
+ * or the defaults with 8 tokens each).
+ */
 static void
 send_canaries(EngineProc *p)
 {
+	ModelCtl   *mc = &models[p->model];
+	int			n = mc->n_canaries > 0 ? mc->n_canaries : N_CANARIES;
 	int			k;
 
-	for (k = 0; k < N_CANARIES; k++)
+	for (k = 0; k < n; k++)
 	{
 		OpusRequest req;
 		char		buf[1024];
 		uint32		len;
+		const char *prompt = mc->n_canaries > 0 ? mc->canaries[k].prompt : canary_prompts[k];
 
 		memset(&req, 0, sizeof(req));
 		req.kind = OPUS_KIND_GENERATE;
-		req.params.max_tokens = 8;
+		req.params.max_tokens = mc->n_canaries > 0 ? mc->canaries[k].max_tokens : 8;
 		req.params.temperature = 0.0f;
 		req.params.top_p = 1.0f;
 		req.params.repetition_penalty = 1.0f;
 		req.params.seed = 1;
-		req.text = canary_prompts[k];
-		req.text_len = strlen(canary_prompts[k]);
+		req.text = prompt;
+		req.text_len = strlen(prompt);
 		len = OpusEncodeRequest(&req, buf, sizeof(buf));
 		send_frame(p, OPUS_MSG_SUBMIT, ((uint64) (k + 1)) << 32, buf, len);
+		p->warm_len[k] = 0;
+		p->warm_text[k][0] = '\0';
 	}
+	p->warm_n = n;
 	p->warming = true;
 	p->warm_done = 0;
+}
+
+/* Output of a canary (TEXT frame): kept to compare with its "expect". */
+static void
+canary_text(EngineProc *p, uint64 id, const uint8_t *data, size_t len)
+{
+	int			k = (int) (id >> 32) - 1;
+	size_t		room;
+
+	if (k < 0 || k >= p->warm_n)
+		return;
+	room = OPUS_CANARY_LEN - 1 - p->warm_len[k];
+	if (len > room)
+		len = room;
+	memcpy(p->warm_text[k] + p->warm_len[k], data, len);
+	p->warm_len[k] += len;
+	p->warm_text[k][p->warm_len[k]] = '\0';
 }
 
 /*
@@ -1308,9 +1339,11 @@ switch_to_candidate(int m)
 
 /* A warm-up request ended: count it, or fail the swap. */
 static void
-canary_done(EngineProc *p, const struct opus_proto_done *d)
+canary_done(EngineProc *p, uint64 id, const struct opus_proto_done *d)
 {
 	int			m = p->model;
+	ModelCtl   *mc = &models[m];
+	int			k = (int) (id >> 32) - 1;
 
 	if (d->finish == OPUS_PROTO_FINISH_ERROR || d->finish == OPUS_PROTO_FINISH_CANCELLED)
 	{
@@ -1320,7 +1353,20 @@ canary_done(EngineProc *p, const struct opus_proto_done *d)
 		swap_failed(m, msg, d->message);
 		return;
 	}
-	if (++p->warm_done == N_CANARIES)
+	if (mc->n_canaries > 0 && k >= 0 && k < mc->n_canaries && mc->canaries[k].has_expect &&
+		strcmp(p->warm_text[k], mc->canaries[k].expect) != 0)
+	{
+		char		msg[OPUS_PROTO_MSG_LEN];
+		char		detail[OPUS_PROTO_MSG_LEN];
+
+		snprintf(msg, sizeof(msg), "swap to \"%s\" failed: warm-up prompt %d did not give the expected output",
+				 p->cfg.path, k + 1);
+		snprintf(detail, sizeof(detail), "Expected \"%s\", got \"%s\".",
+				 mc->canaries[k].expect, p->warm_text[k]);
+		swap_failed(m, msg, detail);
+		return;
+	}
+	if (++p->warm_done == p->warm_n)
 		switch_to_candidate(m);
 }
 
@@ -1422,6 +1468,7 @@ advance_models(void)
 					 (long long) mc->probation_errors, (long long) mc->probation_done);
 			strlcpy(path, mc->prev_path, sizeof(path));
 			mc->probation_done = mc->probation_errors = 0;
+			mc->n_canaries = 0;
 			start_swap(m, path, true, why);
 		}
 
@@ -1429,6 +1476,13 @@ advance_models(void)
 		SpinLockAcquire(&e->mutex);
 		want_swap = e->swap_requested;
 		want_rollback = e->rollback_requested;
+		if (want_swap)
+		{
+			mc->n_canaries = e->n_requested_canaries;
+			memcpy(mc->canaries, e->requested_canaries, sizeof(OpusCanary) * mc->n_canaries);
+		}
+		else if (want_rollback)
+			mc->n_canaries = 0;
 		strlcpy(path, want_swap ? e->requested_path : mc->prev_path, sizeof(path));
 		e->swap_requested = e->rollback_requested = false;
 		SpinLockRelease(&e->mutex);
@@ -1574,7 +1628,7 @@ finish_slot(EngineProc *p, int i, const struct opus_proto_done *d)
 static bool
 is_canary_id(uint64 id)
 {
-	return (uint32) id == 0 && (id >> 32) >= 1 && (id >> 32) <= N_CANARIES;
+	return (uint32) id == 0 && (id >> 32) >= 1 && (id >> 32) <= OPUS_MAX_CANARIES;
 }
 
 /*
@@ -1701,7 +1755,11 @@ handle_engine_frame(EngineProc *p, const struct opus_proto_header *h, const uint
 				!opus_proto_parse_tokens(payload, h->length, &why))
 				return why;
 			if (p->warming && is_canary_id(h->id))
+			{
+				if (h->type == OPUS_MSG_TEXT)
+					canary_text(p, h->id, payload, h->length);
 				return NULL;
+			}
 			if (OpusSlotIndexFromId(h->id) < 0)
 				return "result frame for an unknown request id";
 			i = slot_for_id(p, h->id);
@@ -1722,7 +1780,7 @@ handle_engine_frame(EngineProc *p, const struct opus_proto_header *h, const uint
 					return why;
 				if (p->warming && is_canary_id(h->id))
 				{
-					canary_done(p, &d);
+					canary_done(p, h->id, &d);
 					return NULL;
 				}
 				if (OpusSlotIndexFromId(h->id) < 0)

@@ -193,6 +193,22 @@ my $text_tiny2;
 	is(sql(gen_sql(undef)), $text_default, 'the default model never changed');
 }
 
+# ---- canaries: a wrong expected output fails the swap; the right one passes
+{
+	sql(q{SELECT opus_model_swap('tiny', '} . "$dir/tiny2.gguf" . q{', '[{"prompt": "Hello", "expect": "certainly not this"}]')});
+	wait_model('tiny', sub { $_[0]{last_error} =~ /did not give the expected output/ },
+		'a canary with the wrong expected output fails the swap');
+	like(model_row('tiny')->{path}, qr/tiny1\.gguf$/, 'and the old version keeps serving');
+	my $path = sql("SELECT path FROM opus_models WHERE name = 'default'");
+	my $v = model_row('default')->{version};
+	sql(q{SELECT opus_model_swap('default', '} . $path . q{', jsonb_build_array(jsonb_build_object(
+		'prompt', 'The capital of France is', 'max_tokens', 4,
+		'expect', opus_generate('The capital of France is', max_tokens => 4, temperature => 0))))});
+	wait_model('default', sub { $_[0]{version} == $v + 1 && $_[0]{state} eq 'ready' },
+		'the default model swaps when its canary gives the expected output');
+	is(sql(gen_sql(undef)), $text_default, 'the default model answers as before');
+}
+
 # ---- memory admission
 sql("ALTER SYSTEM SET opus.models = 'tiny=$dir/tiny1.gguf; threads=1; kv_cache_size=8, "
 	  . "huge=$dir/tiny1.gguf; kv_cache_size=1000000'");
