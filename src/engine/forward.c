@@ -353,6 +353,13 @@ mm_scatter(const struct opus_fwd_state *fs, const struct mm_job *job, const floa
 	}
 }
 
+/* The dot product token t of a job takes (llama_dots may set another for some). */
+static inline opus_vec_dot_fn
+mm_dot(const struct mm_job *job, int t)
+{
+	return job->dot && t >= job->dot_from && t < job->dot_until ? job->dot : job->w->qi->vec_dot;
+}
+
 /* One unit: rows r0..r1 of job's matrix for tokens t0..t1 (t0 a multiple of 8). */
 static void
 mm_unit(struct opus_fwd_state *fs, const struct mm_job *job, const struct act *act,
@@ -379,24 +386,35 @@ mm_unit(struct opus_fwd_state *fs, const struct mm_job *job, const struct act *a
 		}
 		return;
 	}
-	for (int t = t0; t < t1; t++)
+	/*
+	 * Runs of up to 8 tokens that take the same dot product, against
+	 * ROW_TILE_MAX rows at a time: the tile kernels share each unpacked
+	 * weight block among the run's tokens; the same bits as dot one by one.
+	 */
+	for (int t = t0; t < t1;)
 	{
-		const uint8_t *xrow = act->xq[job->slot] + (size_t) t * fs->xq_stride;
-		float	   *d = job->dst_rows ? job->dst_rows[t] : job->dst + t * job->ld;
-		opus_vec_dot_fn dot = job->dot && t >= job->dot_from && t < job->dot_until ?
-			job->dot : W->qi->vec_dot;
+		opus_vec_dot_fn dot = mm_dot(job, t);
+		int			t2 = t + 1;
 
-		/* several rows per call: the same bits as dot row by row */
+		while (t2 < t1 && t2 - t < 8 && mm_dot(job, t2) == dot)
+			t2++;
 		for (int64_t r = r0; r < r1; r += ROW_TILE_MAX)
 		{
 			int			nr = (int) (r1 - r < ROW_TILE_MAX ? r1 - r : ROW_TILE_MAX);
-			float		o[ROW_TILE_MAX];
+			float		o[8 * ROW_TILE_MAX];
 
-			opus_vec_dot_rows(dot, W->n_in, nr, W->data + (size_t) r * W->row_bytes,
-							  W->row_bytes, xrow, o);
-			for (int i = 0; i < nr; i++)
-				mm_store(job, d, r + i, o[i]);
+			opus_vec_dot_tile(dot, W->n_in, nr, W->data + (size_t) r * W->row_bytes, W->row_bytes,
+							  t2 - t, act->xq[job->slot] + (size_t) t * fs->xq_stride,
+							  fs->xq_stride, o, ROW_TILE_MAX);
+			for (int u = t; u < t2; u++)
+			{
+				float	   *d = job->dst_rows ? job->dst_rows[u] : job->dst + u * job->ld;
+
+				for (int i = 0; i < nr; i++)
+					mm_store(job, d, r + i, o[(u - t) * ROW_TILE_MAX + i]);
+			}
 		}
+		t = t2;
 	}
 }
 

@@ -120,38 +120,83 @@ cpu_has_avx2_fma_f16c(void)
 }
 static pthread_mutex_t init_lock = PTHREAD_MUTEX_INITIALIZER;
 
-/* several-rows kernels by the vec_dot they compute (opus_vec_dot_rows) */
+/* several-rows and tile kernels by the vec_dot they compute */
 #define MAX_ROWS_KERNELS 32
 static struct
 {
 	opus_vec_dot_fn dot;
 	opus_vec_dot_rows_fn rows;
+	opus_vec_dot_tile_fn tile;
 }			rows_kernels[MAX_ROWS_KERNELS];
 static int	n_rows_kernels;
+
+static int
+rows_entry(opus_vec_dot_fn dot)
+{
+	for (int k = 0; k < n_rows_kernels; k++)
+		if (rows_kernels[k].dot == dot)
+			return k;
+	if (n_rows_kernels == MAX_ROWS_KERNELS)
+		return -1;
+	rows_kernels[n_rows_kernels].dot = dot;
+	rows_kernels[n_rows_kernels].rows = NULL;
+	rows_kernels[n_rows_kernels].tile = NULL;
+	return n_rows_kernels++;
+}
 
 void
 opus_quant_register_rows(opus_vec_dot_fn dot, opus_vec_dot_rows_fn rows)
 {
-	if (n_rows_kernels < MAX_ROWS_KERNELS)
-	{
-		rows_kernels[n_rows_kernels].dot = dot;
-		rows_kernels[n_rows_kernels].rows = rows;
-		n_rows_kernels++;
-	}
+	int			k = rows_entry(dot);
+
+	if (k >= 0)
+		rows_kernels[k].rows = rows;
+}
+
+void
+opus_quant_register_tile(opus_vec_dot_fn dot, opus_vec_dot_tile_fn tile)
+{
+	int			k = rows_entry(dot);
+
+	if (k >= 0)
+		rows_kernels[k].tile = tile;
+}
+
+static int
+rows_find(opus_vec_dot_fn dot)
+{
+	for (int k = 0; k < n_rows_kernels; k++)
+		if (rows_kernels[k].dot == dot)
+			return k;
+	return -1;
 }
 
 void
 opus_vec_dot_rows(opus_vec_dot_fn dot, int64_t n, int n_rows, const void *w,
 				  size_t w_stride, const void *x, float *out)
 {
-	for (int k = 0; k < n_rows_kernels; k++)
-		if (rows_kernels[k].dot == dot)
-		{
-			rows_kernels[k].rows(n, n_rows, w, w_stride, x, out);
-			return;
-		}
-	for (int r = 0; r < n_rows; r++)
-		out[r] = dot(n, (const uint8_t *) w + (size_t) r * w_stride, x);
+	int			k = rows_find(dot);
+
+	if (k >= 0 && rows_kernels[k].rows)
+		rows_kernels[k].rows(n, n_rows, w, w_stride, x, out);
+	else
+		for (int r = 0; r < n_rows; r++)
+			out[r] = dot(n, (const uint8_t *) w + (size_t) r * w_stride, x);
+}
+
+void
+opus_vec_dot_tile(opus_vec_dot_fn dot, int64_t n, int n_rows, const void *w,
+				  size_t w_stride, int n_tok, const void *x, size_t x_stride,
+				  float *out, int ld)
+{
+	int			k = rows_find(dot);
+
+	if (k >= 0 && rows_kernels[k].tile && n_tok > 1)
+		rows_kernels[k].tile(n, n_rows, w, w_stride, n_tok, x, x_stride, out, ld);
+	else
+		for (int t = 0; t < n_tok; t++)
+			opus_vec_dot_rows(dot, n, n_rows, w, w_stride, (const uint8_t *) x + (size_t) t * x_stride,
+							  out + (size_t) t * ld);
 }
 
 void

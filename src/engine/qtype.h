@@ -79,6 +79,14 @@ typedef float (*opus_vec_dot_fn) (int64_t n, const void *w, const void *x);
 typedef void (*opus_vec_dot_rows_fn) (int64_t n, int n_rows, const void *w, size_t w_stride,
 									  const void *x, float *out);
 
+/*
+ * The same for n_tok activation rows (x + t * x_stride):
+ * out[t * ld + r] = vec_dot(n, w + r * w_stride, x + t * x_stride).
+ */
+typedef void (*opus_vec_dot_tile_fn) (int64_t n, int n_rows, const void *w, size_t w_stride,
+									  int n_tok, const void *x, size_t x_stride, float *out,
+									  int ld);
+
 struct opus_qtype_info
 {
 	const char *name;			/* "Q4_1" as llama.cpp prints it */
@@ -128,6 +136,16 @@ const char *opus_qtype_cpu_variant(void);
  */
 void		opus_vec_dot_rows(opus_vec_dot_fn dot, int64_t n, int n_rows, const void *w,
 							  size_t w_stride, const void *x, float *out);
+
+/*
+ * out[t * ld + r] = dot(n, w + r * w_stride, x + t * x_stride) for r <
+ * n_rows, t < n_tok: bit-identical to dot one by one, through a tile kernel
+ * (each unpacked weight block shared by up to 8 tokens) where one is
+ * registered for `dot`, else opus_vec_dot_rows per token.
+ */
+void		opus_vec_dot_tile(opus_vec_dot_fn dot, int64_t n, int n_rows, const void *w,
+							  size_t w_stride, int n_tok, const void *x, size_t x_stride,
+							  float *out, int ld);
 
 /* IEEE half and bfloat16 conversions (exact, round-to-nearest-even). */
 float		opus_fp16_to_fp32(uint16_t h);

@@ -19,6 +19,7 @@
  * accumulator and a single horizontal sum at the end.
  */
 #include <immintrin.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "quant_blocks.h"
@@ -1024,6 +1025,38 @@ q4_K_gemv_rows_avx2(int64_t n, int n_rows, const void *w, size_t ws, const void 
 		out[r] = opus_q4_K_vec_dot_gemv_avx2(n, (const uint8_t *) w + r * ws, x);
 }
 
+/* ---- tile kernels (quant_tile_k.h): AVX2, and vpdpbusd in its AVX-512 VNNI encoding ---- */
+
+static inline __m256i
+tk_dot4_avx2(__m256i acc, __m256i w, __m256i x)
+{
+	return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(w, x), _mm256_set1_epi16(1)));
+}
+
+#define TK_NAME(x) x##_avx2
+#define TK_DOT4(acc, w, x) tk_dot4_avx2(acc, w, x)
+#include "quant_tile_k.h"
+#undef TK_NAME
+#undef TK_DOT4
+
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512vl,avx512vnni")
+#define TK_NAME(x) x##_vnni512
+#define TK_DOT4(acc, w, x) _mm256_dpbusd_epi32(acc, w, x)
+#include "quant_tile_k.h"
+#undef TK_NAME
+#undef TK_DOT4
+#pragma GCC pop_options
+
+/* AVX-512 VNNI (+VL) usable, and not turned off (OPUS_NO_AVX512) */
+static bool
+use_avx512vnni(void)
+{
+	__builtin_cpu_init();
+	return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
+		__builtin_cpu_supports("avx512vnni") && getenv("OPUS_NO_AVX512") == NULL;
+}
+
 /* ---------------------------------------------------------------------
  * activation quantization
  * --------------------------------------------------------------------- */
@@ -1267,4 +1300,14 @@ opus_quant_register_avx2(struct opus_qtype_info *t)
 	t[OPUS_TYPE_Q8_K].from_float = q8_K_from_float_avx2;
 	opus_quant_register_rows(q4_K_vec_dot_avx2, q4_K_rows_avx2);
 	opus_quant_register_rows(opus_q4_K_vec_dot_gemv_avx2, q4_K_gemv_rows_avx2);
+	if (use_avx512vnni())
+	{
+		opus_quant_register_tile(q4_K_vec_dot_avx2, q4_K_tile_vnni512);
+		opus_quant_register_tile(opus_q4_K_vec_dot_gemv_avx2, q4_K_gemv_tile_vnni512);
+	}
+	else
+	{
+		opus_quant_register_tile(q4_K_vec_dot_avx2, q4_K_tile_avx2);
+		opus_quant_register_tile(opus_q4_K_vec_dot_gemv_avx2, q4_K_gemv_tile_avx2);
+	}
 }

@@ -22,6 +22,8 @@ void		opus_quant_register_avx2(struct opus_qtype_info *table);
  * opus_qtype_init_cpu.
  */
 void		opus_quant_register_rows(opus_vec_dot_fn dot, opus_vec_dot_rows_fn rows);
+/* the same for tile kernels (opus_vec_dot_tile); one also serves as rows form */
+void		opus_quant_register_tile(opus_vec_dot_fn dot, opus_vec_dot_tile_fn tile);
 
 /* the K-quant multi-token order (opus_vec_dot_llama_batch), AVX2 versions */
 float		opus_q4_K_vec_dot_tiled_avx2(int64_t n, const void *w, const void *x);

@@ -41,6 +41,9 @@ struct ggml_traits_cpu
 	int64_t		nrows;
 };
 
+/* NTOK=8: tokens per weight read (prefill-shaped; GB/s then counts weights x tokens) */
+static int	n_tok = 1;
+
 static double
 now(void)
 {
@@ -94,9 +97,27 @@ worker(void *arg)
 	pthread_barrier_wait(j->bar);
 	if (j->kind == 0)
 		probe(j);
+	else if (j->kind == 1 && n_tok > 1)
+	{
+		/* NTOK tokens (the same row repeated), the tile form, in pieces of 32 rows */
+		static _Thread_local float o[32 * 8];
+
+		for (int64_t r = j->r0; r < j->r1; r += 32)
+			opus_vec_dot_tile(j->q->vec_dot, N_IN, (int) (j->r1 - r < 32 ? j->r1 - r : 32),
+							  j->w + r * j->row_bytes, j->row_bytes, n_tok, j->x, 0, o, 32);
+	}
 	else if (j->kind == 1)
 		opus_vec_dot_rows(j->q->vec_dot, N_IN, (int) (j->r1 - j->r0),
 						  j->w + j->r0 * j->row_bytes, j->row_bytes, j->x, j->out + j->r0);
+	else if (j->kind == 3 && n_tok > 1)
+	{
+		static _Thread_local float o[32];
+
+		for (int64_t r = j->r0; r < j->r1; r += 32)
+			for (int t = 0; t < n_tok; t++)
+				opus_vec_dot_rows(j->q->vec_dot, N_IN, (int) (j->r1 - r < 32 ? j->r1 - r : 32),
+								  j->w + r * j->row_bytes, j->row_bytes, j->x, o);
+	}
 	else if (j->kind == 3)
 		for (int64_t r = j->r0; r < j->r1; r++)
 			j->out[r] = j->q->vec_dot(N_IN, j->w + r * j->row_bytes, j->x);
@@ -199,6 +220,8 @@ main(int argc, char **argv)
 		cpu_init();
 	}
 	opus_qtype_init_cpu(false);
+	if (getenv("NTOK"))
+		n_tok = atoi(getenv("NTOK")) < 1 ? 1 : atoi(getenv("NTOK")) > 8 ? 8 : atoi(getenv("NTOK"));
 
 	/* read-bandwidth probe */
 	probe_buf = aligned_alloc(64, PROBE_BYTES);
@@ -293,8 +316,8 @@ main(int argc, char **argv)
 					so[i] = run(1, nt, q, g, w, rs, rows, xa, out);
 				}
 			}
-			mo = rs * rows / median(so, reps) / 1e9;
-			m1 = rs * rows / median(s1, reps) / 1e9;
+			mo = rs * rows * n_tok / median(so, reps) / 1e9;
+			m1 = rs * rows * n_tok / median(s1, reps) / 1e9;
 			if (g)
 			{
 				mg = rs * rows / median(sg, reps) / 1e9;

@@ -866,7 +866,8 @@ test_fp16(void)
 }
 
 /*
- * (g) opus_vec_dot_rows: for every type and every dot product it may be
+ * (g) opus_vec_dot_rows and opus_vec_dot_tile (1..9 tokens): for every
+ * type and every dot product it may be
  * given (the chosen vec_dot, the reference one, the llama.cpp-order
  * variants), 1..19 rows (whole groups of the several-row kernels and
  * remainders) and a few row lengths: bit-identical to the dot row by row.
@@ -881,7 +882,8 @@ test_rows_one(const char *variant)
 	};
 	static float x[MAX_N];
 	static uint8_t w[MAX_ROWS * (MAX_N * 4 + 64)],
-				xq[MAX_N * 4];
+				xq[MAX_N * 4],
+				xq_tok[9 * MAX_N * 4];
 	int			n_checked = 0;
 
 	for (size_t c = 0; c < N_CASES; c++)
@@ -895,7 +897,8 @@ test_rows_one(const char *variant)
 		for (int li = 0; li < nlens; li++)
 		{
 			int64_t		n = lens[li];
-			size_t		wb = row_bytes(cases[c].type, n);
+			size_t		wb = row_bytes(cases[c].type, n),
+						xb = row_bytes(wi->vec_dot_type, n);
 			opus_vec_dot_fn dots[8];
 			int			n_dots = 0;
 
@@ -911,6 +914,11 @@ test_rows_one(const char *variant)
 				}
 				fill(x, n, DATA_NORMAL);
 				xi->from_float(x, xq, n);
+				for (int t = 0; t < 9; t++)
+				{
+					fill(x, n, DATA_NORMAL);
+					xi->from_float(x, xq_tok + (size_t) t * xb, n);
+				}
 				n_dots = 0;
 				dots[n_dots++] = wi->vec_dot;
 				dots[n_dots++] = wi->vec_dot_ref;
@@ -944,11 +952,30 @@ test_rows_one(const char *variant)
 							  variant, wi->name, (long long) n, k, nr, pad * 36);
 						n_checked++;
 					}
+					/* tiles: tokens 1..9 (x + t * xb: the test's tokens are distinct rows of w) */
+					for (int nt = 1; nt <= 9; nt++)
+					{
+						static float got[9 * MAX_ROWS];
+						int			nr = nt % 2 ? 16 : 11;
+						bool		same = true;
+
+						opus_vec_dot_tile(dots[k], n, nr, w, stride, nt, xq_tok, xb, got, MAX_ROWS);
+						for (int t = 0; t < nt; t++)
+							for (int r = 0; r < nr; r++)
+							{
+								float		want = dots[k] (n, w + r * stride, xq_tok + (size_t) t * xb);
+
+								same &= memcmp(&want, &got[t * MAX_ROWS + r], sizeof(float)) == 0;
+							}
+						CHECK(same, "%s %s n=%lld dot %d rows %d tokens %d: opus_vec_dot_tile == dot one by one",
+							  variant, wi->name, (long long) n, k, nr, nt);
+						n_checked++;
+					}
 				}
 			}
 		}
 	}
-	printf("  opus_vec_dot_rows (%s): %d cases bit-identical to the dot row by row\n", variant, n_checked);
+	printf("  opus_vec_dot_rows/tile (%s): %d cases bit-identical to the dot one by one\n", variant, n_checked);
 }
 
 static void
