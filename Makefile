@@ -7,7 +7,7 @@
 
 EXTENSION = opus_pg
 MODULE_big = opus_pg
-OBJS = $(patsubst %.c,%.o,$(sort $(wildcard src/pg/*.c)))
+OBJS = $(patsubst %.c,%.o,$(sort $(wildcard src/pg/*.c))) src/params.o
 # Versions (docs/upgrade.md).  EXTVERSION is the control file's
 # default_version; the library is built with it (OPUS_PG_VERSION) and refuses
 # to run against another installed SQL version.  The install script of
@@ -42,7 +42,7 @@ include $(PGXS)
 
 # PGXS tracks no header dependencies: rebuild every object when a shared
 # header (the wire format, the extension's own headers) changes.
-$(OBJS): src/protocol.h $(wildcard src/pg/*.h)
+$(OBJS): src/protocol.h src/params.h $(wildcard src/pg/*.h)
 src/pg/opus_pg.o: opus_pg.control
 
 DEFAULT_MODEL_FILE = SmolLM2-135M-Instruct.Q4_1.gguf
@@ -73,6 +73,15 @@ model: $(DEFAULT_MODEL)
 
 $(DEFAULT_MODEL):
 	test/tools/fetch_model.sh $(DEFAULT_MODEL) $(DEFAULT_MODEL_SHA256)
+
+# README.md's option table is made from the parameter table (src/params.h);
+# test/unit/test_params.c fails when they differ.
+.PHONY: params-readme
+params-readme: build/unit/test_params
+	build/unit/test_params --readme > build/params-readme.md
+	awk -v f=build/params-readme.md '/<!-- opus-params:end -->/ { skip = 0 } !skip { print } \
+		/<!-- opus-params:begin -->/ { while ((getline l < f) > 0) print l; skip = 1 }' \
+		README.md > build/README.md.tmp && mv build/README.md.tmp README.md
 
 # `make install` also installs the engine binary next to postgres (where the
 # supervisor looks for it) and the default model where opus.model's default

@@ -51,21 +51,23 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "params.h"
+
 #define OPUS_PROTO_MAGIC		0x5355504FU /* "OPUS" read as little-endian u32 */
 #define OPUS_PROTO_VERSION		5	/* 2: PROGRESS, prefix counters in STATS;
 									 * 3: KV settings in HELLO, priority in SUBMIT;
 									 * 4: EXPERTS; 5: tenant block in SUBMIT */
 #define OPUS_PROTO_HEADER_SIZE	16
 #define OPUS_PROTO_MAX_PAYLOAD	(16U * 1024 * 1024)
-#define OPUS_PROTO_MAX_STOP		16	/* stop strings per request */
-#define OPUS_PROTO_MAX_STOP_LEN 256 /* bytes per stop string */
+#define OPUS_PROTO_MAX_STOP		OPUS_PARAM_MAX_STOP /* stop strings per request */
+#define OPUS_PROTO_MAX_STOP_LEN OPUS_PARAM_MAX_STOP_LEN /* bytes per stop string */
 #define OPUS_PROTO_MAX_MESSAGES 65536	/* chat messages per request */
 #define OPUS_PROTO_MSG_LEN		256 /* error message buffer incl. NUL */
 #define OPUS_PROTO_PATH_LEN		1024	/* model path buffer incl. NUL */
 #define OPUS_PROTO_NAME_LEN		128 /* model name buffer incl. NUL */
 #define OPUS_PROTO_SHORT_LEN	32	/* arch / type / device names incl. NUL */
-#define OPUS_PROTO_MAX_TOKENS	(1 << 20)	/* max_tokens upper bound */
-#define OPUS_PROTO_MAX_PRIORITY 1000	/* priority classes 0 (first) .. this */
+#define OPUS_PROTO_MAX_TOKENS	OPUS_PARAM_MAX_TOKENS	/* max_tokens upper bound */
+#define OPUS_PROTO_MAX_PRIORITY OPUS_PARAM_MAX_PRIORITY /* priority 0 (first) .. this */
 #define OPUS_PROTO_MAX_WEIGHT	1000	/* fair-share weight upper bound */
 #define OPUS_PROTO_MAX_BLOCK_SIZE 4096	/* kv_block_size upper bound */
 #define OPUS_PROTO_MAX_EXPERT_LAYERS 1024	/* EXPERTS n_layer upper bound */
@@ -191,19 +193,19 @@ struct opus_proto_fatal
 	char		message[OPUS_PROTO_MSG_LEN];
 };
 
-/* Generation parameters, as validated by both sides. */
+/* Generation parameters: their ranges are the table in params.h. */
 struct opus_proto_params
 {
-	int32_t		max_tokens;		/* [1, OPUS_PROTO_MAX_TOKENS] */
-	int32_t		top_k;			/* >= 0 */
-	float		temperature;	/* [0, 100] */
-	float		top_p;			/* (0, 1] */
-	float		min_p;			/* [0, 1] */
-	float		presence_penalty;	/* [-2, 2] */
-	float		frequency_penalty;	/* [-2, 2] */
-	float		repetition_penalty; /* (0, 10] */
+	int32_t		max_tokens;
+	int32_t		top_k;
+	float		temperature;
+	float		top_p;
+	float		min_p;
+	float		presence_penalty;
+	float		frequency_penalty;
+	float		repetition_penalty;
 	uint64_t	seed;
-	int32_t		priority;		/* [0, OPUS_PROTO_MAX_PRIORITY]; 0 = first */
+	int32_t		priority;
 };
 
 /*
@@ -652,8 +654,8 @@ opus_proto_parse_header(const uint8_t *buf, size_t len,
 }
 
 /* ---------------------------------------------------------------------
- * Validation helpers shared by the backend (argument checks), the
- * supervisor and the engine: the one definition of the valid ranges.
+ * Validation helpers shared by the supervisor and the engine (the ranges
+ * of the request parameters are the table in params.h).
  * --------------------------------------------------------------------- */
 
 static inline bool
@@ -666,26 +668,14 @@ opus_proto_in_range(double v, double lo, double hi)
 static inline const char *
 opus_proto_check_params(const struct opus_proto_params *p)
 {
-	if (p->max_tokens < 1 || p->max_tokens > OPUS_PROTO_MAX_TOKENS)
-		return "max_tokens";
-	if (!opus_proto_in_range(p->temperature, 0.0, 100.0))
-		return "temperature";
-	if (!isfinite(p->top_p) || !(p->top_p > 0.0f) || p->top_p > 1.0f)
-		return "top_p";
-	if (p->top_k < 0)
-		return "top_k";
-	if (!opus_proto_in_range(p->min_p, 0.0, 1.0))
-		return "min_p";
-	if (!opus_proto_in_range(p->presence_penalty, -2.0, 2.0))
-		return "presence_penalty";
-	if (!opus_proto_in_range(p->frequency_penalty, -2.0, 2.0))
-		return "frequency_penalty";
-	if (p->priority < 0 || p->priority > OPUS_PROTO_MAX_PRIORITY)
-		return "priority";
-	if (!isfinite(p->repetition_penalty) || !(p->repetition_penalty > 0.0f) ||
-		p->repetition_penalty > 10.0f)
-		return "repetition_penalty";
-	return NULL;
+	enum opus_param_id bad = OPUS_P__COUNT;
+	double		bad_value = 0;
+
+	OPUS_PARAMS_REQUEST(OPUS_PARAM_CHECK_FIELD)
+	OPUS_PARAMS_SAMPLING(OPUS_PARAM_CHECK_FIELD)
+	OPUS_PARAMS_SESSION(OPUS_PARAM_CHECK_FIELD)
+	(void) bad_value;
+	return bad == OPUS_P__COUNT ? NULL : opus_params[bad].name;
 }
 
 /* ---------------------------------------------------------------------

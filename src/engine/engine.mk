@@ -19,11 +19,16 @@ ENGINE_EXTRA_LIBS += -lutf8proc
 ENGINE_LIBS := -lm -lpthread $(ENGINE_EXTRA_LIBS)
 AVX2_FLAGS := -mavx2 -mfma -mf16c
 
-ENGINE_OBJS := $(patsubst src/engine/%.c,build/engine/%.o,$(ENGINE_SRCS))
-ENGINE_SAN_OBJS := $(patsubst src/engine/%.c,build/engine-san/%.o,$(ENGINE_SRCS))
+# src/*.c next to the wire format: plain C both sides link (the extension
+# lists them in the top-level Makefile's OBJS).
+SHARED_SRCS := src/params.c
+ENGINE_OBJS := $(patsubst src/engine/%.c,build/engine/%.o,$(ENGINE_SRCS)) \
+	$(patsubst src/%.c,build/shared/%.o,$(SHARED_SRCS))
+ENGINE_SAN_OBJS := $(patsubst src/engine/%.c,build/engine-san/%.o,$(ENGINE_SRCS)) \
+	$(patsubst src/%.c,build/shared-san/%.o,$(SHARED_SRCS))
 UNIT_SRCS := $(sort $(wildcard test/unit/test_*.c))
 UNIT_BINS := $(patsubst test/unit/%.c,build/unit/%,$(UNIT_SRCS))
-ENGINE_HDRS := $(wildcard src/engine/*.h src/protocol.h)
+ENGINE_HDRS := $(wildcard src/engine/*.h src/protocol.h src/params.h)
 
 flags_for = $(if $(findstring _avx2,$(1)),$(AVX2_FLAGS))
 
@@ -34,6 +39,14 @@ build/engine/%.o: src/engine/%.c $(ENGINE_HDRS)
 build/engine-san/%.o: src/engine/%.c $(ENGINE_HDRS)
 	@mkdir -p $(dir $@)
 	$(ENGINE_CC) $(ENGINE_CFLAGS_BASE) $(ENGINE_SAN) $(call flags_for,$<) -c $< -o $@
+
+build/shared/%.o: src/%.c $(ENGINE_HDRS)
+	@mkdir -p $(dir $@)
+	$(ENGINE_CC) $(ENGINE_CFLAGS_BASE) $(ENGINE_OPT) -c $< -o $@
+
+build/shared-san/%.o: src/%.c $(ENGINE_HDRS)
+	@mkdir -p $(dir $@)
+	$(ENGINE_CC) $(ENGINE_CFLAGS_BASE) $(ENGINE_SAN) -c $< -o $@
 
 # ---------------------------------------------------------------------------
 # CUDA backend (kernels/*.cu, src/engine/backend_cuda.c; README "CUDA backend").
@@ -210,13 +223,13 @@ FUZZ_GCC_OBJS := build/engine/qtype.o build/engine/quant_ref.o build/engine/quan
 FUZZ_SRCS_gguf := src/engine/gguf.c src/engine/status.c
 FUZZ_SRCS_tokenizer := src/engine/tokenizer.c src/engine/tok_encode.c src/engine/unicode.c \
 	src/engine/gguf.c src/engine/gguf_write.c src/engine/status.c
-FUZZ_SRCS_protocol :=
+FUZZ_SRCS_protocol := $(SHARED_SRCS)
 FUZZ_SRCS_chat := src/engine/chat.c src/engine/status.c
 FUZZ_SRCS_jinja := $(wildcard src/engine/jinja_*.c) src/engine/status.c
 # the whole engine but the type table and kernels, AVX2 paths included
 # (matmul_avx2.c's VNNI kernels need gcc's per-function target attributes)
 FUZZ_SRCS_model := $(filter-out src/engine/qtype.c src/engine/quant_ref.c src/engine/quant_avx2.c \
-	src/engine/matmul_avx2.c src/engine/cli_run.c src/engine/serve.c,$(ENGINE_SRCS))
+	src/engine/matmul_avx2.c src/engine/cli_run.c src/engine/serve.c,$(ENGINE_SRCS)) $(SHARED_SRCS)
 FUZZ_FLAGS_model := $(AVX2_FLAGS)
 FUZZ_LIBS_model := build/engine/matmul_avx2.o -lutf8proc
 FUZZ_LIBS_tokenizer := -lutf8proc

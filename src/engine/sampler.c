@@ -47,56 +47,41 @@ void
 opus_sampling_defaults(struct opus_sampling_params *p)
 {
 	memset(p, 0, sizeof(*p));
-	p->temperature = 1.0f;
-	p->top_p = 1.0f;
-	p->min_p = 0.0f;
-	p->top_k = 0;
-	p->presence_penalty = 0.0f;
-	p->frequency_penalty = 0.0f;
-	p->repetition_penalty = 1.0f;
+#define DEFAULT_FIELD(name, ...) p->name = OPUS_PARAM_DEFAULT(name);
+	OPUS_PARAMS_SAMPLING(DEFAULT_FIELD)
+#undef DEFAULT_FIELD
 	p->repeat_last_n = 64;
-	p->seed = 0;
+}
+
+enum opus_status
+opus_param_error(struct opus_error *err, enum opus_param_id id, double v)
+{
+	char		range[OPUS_PARAM_RANGE_LEN];
+	char		got[32];
+
+	opus_param_format(got, sizeof(got), v);
+	return opus_error_set(err, OPUS_ERR_INVALID_ARG, "%s must be %s (got %s)",
+						  (unsigned) id < OPUS_P__COUNT ? opus_params[id].name : "parameter",
+						  opus_param_range(id, range, sizeof(range)), got);
 }
 
 /*
- * Every comparison is written so that NaN fails it: NaN is out of range for
- * every field.
+ * The ranges are the table in params.h (NaN is out of range for every
+ * bounded field); repeat_last_n is the engine's own (the CLI's).
  */
 enum opus_status
 opus_sampling_validate(const struct opus_sampling_params *p,
 					   struct opus_error *err)
 {
+	enum opus_param_id bad = OPUS_P__COUNT;
+	double		bad_value = 0;
+
 	if (!p)
 		return opus_error_set(err, OPUS_ERR_INVALID_ARG,
 							  "sampling parameters missing");
-	if (!(p->temperature >= 0.0f && p->temperature <= 100.0f))
-		return opus_error_set(err, OPUS_ERR_INVALID_ARG,
-							  "temperature must be between 0 and 100 (got %g)",
-							  (double) p->temperature);
-	if (!(p->top_p > 0.0f && p->top_p <= 1.0f))
-		return opus_error_set(err, OPUS_ERR_INVALID_ARG,
-							  "top_p must be greater than 0 and at most 1 (got %g)",
-							  (double) p->top_p);
-	if (!(p->min_p >= 0.0f && p->min_p <= 1.0f))
-		return opus_error_set(err, OPUS_ERR_INVALID_ARG,
-							  "min_p must be between 0 and 1 (got %g)",
-							  (double) p->min_p);
-	if (p->top_k < 0)
-		return opus_error_set(err, OPUS_ERR_INVALID_ARG,
-							  "top_k must not be negative (got %d)",
-							  (int) p->top_k);
-	if (!(p->presence_penalty >= -2.0f && p->presence_penalty <= 2.0f))
-		return opus_error_set(err, OPUS_ERR_INVALID_ARG,
-							  "presence_penalty must be between -2 and 2 (got %g)",
-							  (double) p->presence_penalty);
-	if (!(p->frequency_penalty >= -2.0f && p->frequency_penalty <= 2.0f))
-		return opus_error_set(err, OPUS_ERR_INVALID_ARG,
-							  "frequency_penalty must be between -2 and 2 (got %g)",
-							  (double) p->frequency_penalty);
-	if (!(p->repetition_penalty > 0.0f && p->repetition_penalty <= 10.0f))
-		return opus_error_set(err, OPUS_ERR_INVALID_ARG,
-							  "repetition_penalty must be greater than 0 and at most 10 (got %g)",
-							  (double) p->repetition_penalty);
+	OPUS_PARAMS_SAMPLING(OPUS_PARAM_CHECK_FIELD)
+	if (bad != OPUS_P__COUNT)
+		return opus_param_error(err, bad, bad_value);
 	if (p->repeat_last_n < -1)
 		return opus_error_set(err, OPUS_ERR_INVALID_ARG,
 							  "repeat_last_n must be -1 or more (got %d)",

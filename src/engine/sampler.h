@@ -14,17 +14,19 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "params.h"
 #include "status.h"
 
 struct opus_sampling_params
 {
-	float		temperature;	/* 0 = greedy; [0, 100] */
-	float		top_p;			/* (0, 1]; 1 = off */
-	float		min_p;			/* [0, 1]; 0 = off */
-	int32_t		top_k;			/* >= 0; 0 = off */
-	float		presence_penalty;	/* [-2, 2] */
-	float		frequency_penalty;	/* [-2, 2] */
-	float		repetition_penalty;	/* (0, 10]; 1 = off */
+	/* ranges and defaults: OPUS_PARAMS_SAMPLING in params.h */
+	float		temperature;	/* 0 = greedy */
+	float		top_p;			/* 1 = off */
+	float		min_p;			/* 0 = off */
+	int32_t		top_k;			/* 0 = off */
+	float		presence_penalty;
+	float		frequency_penalty;
+	float		repetition_penalty;	/* 1 = off */
 	int32_t		repeat_last_n;	/* tokens considered by penalties; -1 = all */
 	uint64_t	seed;
 };
@@ -32,9 +34,14 @@ struct opus_sampling_params
 /* Defaults: greedy-free OpenAI defaults (temperature 1, top_p 1, ...). */
 void		opus_sampling_defaults(struct opus_sampling_params *p);
 
-/* OPUS_ERR_INVALID_ARG naming the first out-of-range field. */
+/* OPUS_ERR_INVALID_ARG naming the first out-of-range field (the ranges:
+ * the table in params.h). */
 enum opus_status opus_sampling_validate(const struct opus_sampling_params *p,
 										struct opus_error *err);
+
+/* OPUS_ERR_INVALID_ARG: "<name> must be <range> (got <v>)". */
+enum opus_status opus_param_error(struct opus_error *err, enum opus_param_id id,
+								  double v);
 
 struct opus_sampler;
 

@@ -421,17 +421,17 @@ opus_sched_submit(struct opus_sched *s, uint64_t id, const int32_t *prompt,
 	enum opus_status st;
 	int64_t		need;
 	size_t		stop_total = 0;
+	enum opus_param_id bad = OPUS_P__COUNT;
+	double		bad_value = 0;
 
 	if (!p)
 		return opus_error_set(err, OPUS_ERR_INVALID_ARG, "generation parameters missing");
 	if (n_prompt <= 0 || !prompt)
 		return opus_error_set(err, OPUS_ERR_INVALID_ARG, "prompt is empty");
-	if (p->max_tokens < 1)
-		return opus_error_set(err, OPUS_ERR_INVALID_ARG,
-							  "max_tokens must be at least 1 (got %d)", (int) p->max_tokens);
-	if (p->priority < 0)
-		return opus_error_set(err, OPUS_ERR_INVALID_ARG,
-							  "priority must not be negative (got %d)", (int) p->priority);
+	OPUS_PARAMS_REQUEST(OPUS_PARAM_CHECK_FIELD)
+	OPUS_PARAMS_SESSION(OPUS_PARAM_CHECK_FIELD)
+	if (bad != OPUS_P__COUNT)
+		return opus_param_error(err, bad, bad_value);
 	if (p->min_priority < 0 || p->min_priority > p->priority)
 		return opus_error_set(err, OPUS_ERR_INVALID_ARG,
 							  "min_priority must be 0 to priority %d (got %d)",

@@ -21,8 +21,8 @@
 #include "sampler.h"
 #include "status.h"
 
-#define OPUS_MAX_STOP 16		/* stop strings per request */
-#define OPUS_MAX_STOP_LEN 256	/* bytes per stop string */
+#define OPUS_MAX_STOP OPUS_PARAM_MAX_STOP	/* stop strings per request */
+#define OPUS_MAX_STOP_LEN OPUS_PARAM_MAX_STOP_LEN	/* bytes per stop string */
 #define OPUS_SCHED_AGING_MS 2000.0	/* default: a waiting request moves up one class per 2 s */
 #define OPUS_SCHED_MAX_WEIGHT 1000	/* fair-share weight upper bound */
 #define OPUS_SCHED_FAIR_MARGIN 64.0	/* virtual tokens: fair-share preemption threshold */
@@ -40,7 +40,8 @@ enum opus_finish
 struct opus_gen_params
 {
 	struct opus_sampling_params sampling;
-	int32_t		max_tokens;		/* >= 1 */
+	/* ranges: OPUS_PARAMS_REQUEST and _SESSION in params.h */
+	int32_t		max_tokens;
 	int32_t		priority;		/* 0 = interactive (first), larger = later */
 	int32_t		min_priority;	/* aging never lifts it above this class (<= priority) */
 	uint64_t	cache_scope;	/* prefix-cache scope: different scopes never share */

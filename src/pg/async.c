@@ -79,11 +79,6 @@ PG_FUNCTION_INFO_V1(opus_async_requests);
 PG_FUNCTION_INFO_V1(opus_generate_many);
 PG_FUNCTION_INFO_V1(opus_chat_many);
 
-/* Arguments: the ten generation options are 1..10 (functions.c). */
-#define ARG_SEED		9
-#define ARG_DETACHED	11		/* opus_submit, opus_submit_chat */
-#define ARG_WINDOW		11		/* opus_generate_many, opus_chat_many */
-
 /* How often waits for several requests look at the ones not slept on. */
 #define POLL_MS			5
 /* The longest sleep between looks at a request (a cancel does not wake). */
@@ -423,7 +418,8 @@ static Datum
 submit_common(FunctionCallInfo fcinfo, uint8 kind)
 {
 	OpusRequest req;
-	bool		detached = PG_ARGISNULL(ARG_DETACHED) ? true : PG_GETARG_BOOL(ARG_DETACHED);
+	int			detached_arg = OpusArgNo(fcinfo, "detached");
+	bool		detached = detached_arg < 0 || PG_ARGISNULL(detached_arg) ? true : PG_GETARG_BOOL(detached_arg);
 
 	OpusCheckPreloaded();
 	memset(&req, 0, sizeof(req));
@@ -449,7 +445,7 @@ submit_common(FunctionCallInfo fcinfo, uint8 kind)
 		OpusCheckPromptSize(req.text_len, "prompt is");
 	}
 	OpusParseOptions(fcinfo, &req);
-	OpusParseModelArg(fcinfo, ARG_DETACHED + 1, &req);
+	OpusParseModelArg(fcinfo, &req);
 	PG_RETURN_INT64(submit_async(&req, detached));
 }
 
@@ -851,7 +847,8 @@ many_common(FunctionCallInfo fcinfo, uint8 kind)
 	bool	   *nulls;
 	int			n;
 	int			window;
-	bool		random_seed = PG_ARGISNULL(ARG_SEED);
+	bool		random_seed = OpusArgIsNull(fcinfo, "seed");
+	int			window_arg = OpusArgNo(fcinfo, "window");
 	OpusRequest proto;
 	OpusRequest *reqs;
 	ManyRow    *rows;
@@ -875,11 +872,11 @@ many_common(FunctionCallInfo fcinfo, uint8 kind)
 	else
 		deconstruct_array(arr, TEXTOID, -1, false, TYPALIGN_INT, &elems, &nulls, &n);
 
-	if (PG_ARGISNULL(ARG_WINDOW))
+	if (window_arg < 0 || PG_ARGISNULL(window_arg))
 		window = Min(16, Max(1, async_cap()));
 	else
 	{
-		window = PG_GETARG_INT32(ARG_WINDOW);
+		window = PG_GETARG_INT32(window_arg);
 		if (window < 1 || window > 10000)
 			ereport(ERROR,
 					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
@@ -892,7 +889,7 @@ many_common(FunctionCallInfo fcinfo, uint8 kind)
 	memset(&proto, 0, sizeof(proto));
 	proto.kind = kind;
 	OpusParseOptions(fcinfo, &proto);
-	OpusParseModelArg(fcinfo, ARG_WINDOW + 1, &proto);
+	OpusParseModelArg(fcinfo, &proto);
 	reqs = palloc0(sizeof(OpusRequest) * Max(n, 1));
 	rows = palloc0(sizeof(ManyRow) * Max(n, 1));
 	for (k = 0; k < n; k++)

@@ -5,10 +5,7 @@
  * (text, jsonb in the OpenAI shapes, integer arrays, model and engine
  * status rows).
  *
- * Generation options are arguments 1..10 of opus_generate, opus_chat,
- * opus_completion and opus_chat_completion, in this order: max_tokens,
- * temperature, top_p, top_k, min_p, presence_penalty, frequency_penalty,
- * repetition_penalty, seed, stop.  A NULL option means its default.
+ * Generation options: src/pg/args.c, from the table in src/params.h.
  */
 #include "postgres.h"
 
@@ -53,19 +50,6 @@ remember(uint8 kind, const OpusResult *res)
 	last_kind = kind;
 	have_last_result = true;
 }
-
-#define OPT_MAX_TOKENS	1
-#define OPT_TEMPERATURE 2
-#define OPT_TOP_P		3
-#define OPT_TOP_K		4
-#define OPT_MIN_P		5
-#define OPT_PRESENCE	6
-#define OPT_FREQUENCY	7
-#define OPT_REPETITION	8
-#define OPT_SEED		9
-#define OPT_STOP		10
-#define OPT_MODEL		11		/* the last argument of the generation functions */
-#define N_ARGS			11
 
 /* ---------------------------------------------------------------------
  * Encoding helpers
@@ -117,146 +101,6 @@ OpusTextFromUtf8(const char *s, size_t len)
 /* ---------------------------------------------------------------------
  * Argument validation
  * --------------------------------------------------------------------- */
-
-static double
-float_opt(FunctionCallInfo fcinfo, int argno, double dflt)
-{
-	return PG_ARGISNULL(argno) ? dflt : PG_GETARG_FLOAT8(argno);
-}
-
-static void
-range_error(const char *name, const char *range, double v)
-{
-	ereport(ERROR,
-			(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-			 errmsg("%s must be %s", name, range),
-			 errdetail("The value given was %g.", v)));
-}
-
-void
-OpusParseOptions(FunctionCallInfo fcinfo, OpusRequest *req)
-{
-	struct opus_proto_params *p = &req->params;
-	double		v;
-	int64		iv;
-
-	iv = PG_ARGISNULL(OPT_MAX_TOKENS) ? opus_default_max_tokens : PG_GETARG_INT32(OPT_MAX_TOKENS);
-	if (iv < 1 || iv > OPUS_PROTO_MAX_TOKENS)
-		range_error("max_tokens", "between 1 and 1048576", (double) iv);
-	p->max_tokens = (int32) iv;
-
-	v = float_opt(fcinfo, OPT_TEMPERATURE, 1.0);
-	if (!opus_proto_in_range(v, 0.0, 100.0))
-		range_error("temperature", "between 0 and 100", v);
-	p->temperature = (float) v;
-
-	v = float_opt(fcinfo, OPT_TOP_P, 1.0);
-	if (!isfinite(v) || !(v > 0.0) || v > 1.0)
-		range_error("top_p", "greater than 0 and at most 1", v);
-	p->top_p = (float) v;
-
-	iv = PG_ARGISNULL(OPT_TOP_K) ? 0 : PG_GETARG_INT32(OPT_TOP_K);
-	if (iv < 0)
-		range_error("top_k", "0 (off) or positive", (double) iv);
-	p->top_k = (int32) iv;
-
-	v = float_opt(fcinfo, OPT_MIN_P, 0.0);
-	if (!opus_proto_in_range(v, 0.0, 1.0))
-		range_error("min_p", "between 0 and 1", v);
-	p->min_p = (float) v;
-
-	v = float_opt(fcinfo, OPT_PRESENCE, 0.0);
-	if (!opus_proto_in_range(v, -2.0, 2.0))
-		range_error("presence_penalty", "between -2 and 2", v);
-	p->presence_penalty = (float) v;
-
-	v = float_opt(fcinfo, OPT_FREQUENCY, 0.0);
-	if (!opus_proto_in_range(v, -2.0, 2.0))
-		range_error("frequency_penalty", "between -2 and 2", v);
-	p->frequency_penalty = (float) v;
-
-	v = float_opt(fcinfo, OPT_REPETITION, 1.0);
-	if (!isfinite(v) || !(v > 0.0) || v > 10.0)
-		range_error("repetition_penalty", "greater than 0 and at most 10", v);
-	p->repetition_penalty = (float) v;
-
-	if (PG_ARGISNULL(OPT_SEED))
-		p->seed = pg_prng_uint64(&pg_global_prng_state);
-	else
-		p->seed = (uint64) PG_GETARG_INT64(OPT_SEED);
-
-	/* The shared definition must agree with what we just checked. */
-	if (opus_proto_check_params(p) != NULL)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("%s is out of range", opus_proto_check_params(p))));
-
-	req->n_stop = 0;
-	if (!PG_ARGISNULL(OPT_STOP))
-	{
-		ArrayType  *arr = PG_GETARG_ARRAYTYPE_P(OPT_STOP);
-		Datum	   *elems;
-		bool	   *nulls;
-		int			n;
-		int			i;
-
-		if (ARR_NDIM(arr) > 1)
-			ereport(ERROR,
-					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-					 errmsg("stop must be a one-dimensional array")));
-		deconstruct_array(arr, TEXTOID, -1, false, TYPALIGN_INT, &elems, &nulls, &n);
-		if (n > OPUS_PROTO_MAX_STOP)
-			ereport(ERROR,
-					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-					 errmsg("too many stop strings"),
-					 errdetail("%d were given; at most %d are allowed.", n, OPUS_PROTO_MAX_STOP)));
-		for (i = 0; i < n; i++)
-		{
-			text	   *t;
-			size_t		len;
-			const char *s;
-
-			if (nulls[i])
-				ereport(ERROR,
-						(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-						 errmsg("stop strings must not be null")));
-			t = DatumGetTextPP(elems[i]);
-			s = OpusTextToUtf8(VARDATA_ANY(t), VARSIZE_ANY_EXHDR(t), &len);
-			if (len == 0 || len > OPUS_PROTO_MAX_STOP_LEN)
-				ereport(ERROR,
-						(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-						 errmsg("stop strings must be between 1 and %d bytes long", OPUS_PROTO_MAX_STOP_LEN),
-						 errdetail("Stop string %d has %zu bytes.", i + 1, len)));
-			req->stop[i].ptr = s;
-			req->stop[i].len = (uint32) len;
-		}
-		req->n_stop = n;
-	}
-}
-
-/*
- * The model argument `argno` (text, NULL = the default model) and the
- * fallback argument after it (boolean; NULL = only batch-class requests
- * may go to the model's fallback under overload) into req: 42704 for an
- * unknown name, 42501 for a model the role may not use.  A function
- * without those arguments uses the default model.
- */
-void
-OpusParseModelArg(FunctionCallInfo fcinfo, int argno, OpusRequest *req)
-{
-	req->model = 0;
-	req->model_epoch = 0;
-	req->fallback = -1;
-	if (argno < PG_NARGS() && !PG_ARGISNULL(argno))
-	{
-		char	   *name = text_to_cstring(PG_GETARG_TEXT_PP(argno));
-
-		req->model = OpusLookupModel(name, &req->model_epoch, NULL, 0);
-	}
-	/* fallback => follows model => */
-	if (argno + 1 < PG_NARGS() && !PG_ARGISNULL(argno + 1))
-		req->fallback = PG_GETARG_BOOL(argno + 1) ? 1 : 0;
-}
 
 /* what_is: "prompt is", "chat messages are", ... */
 void
@@ -377,7 +221,7 @@ OpusParseGeneration(FunctionCallInfo fcinfo, uint8 kind, OpusRequest *req)
 	else
 		parse_prompt(fcinfo, req);
 	OpusParseOptions(fcinfo, req);
-	OpusParseModelArg(fcinfo, OPT_MODEL, req);
+	OpusParseModelArg(fcinfo, req);
 }
 
 static void

@@ -51,7 +51,7 @@ char	   *opus_device = NULL;
 int			opus_threads = 2;
 int			opus_max_requests = 64;
 int			opus_kv_cache_size_mb = 64;
-int			opus_default_max_tokens = 128;
+int			opus_default_max_tokens = OPUS_PARAM_DEFAULT_MAX_TOKENS;
 int			opus_request_timeout_ms = 0;
 int			opus_max_prompt_bytes = 256 * 1024;
 int			opus_request_buffer_kb = 512;
@@ -241,7 +241,9 @@ opus_define_settings(void)
 							"Tokens generated when max_tokens is not given.",
 							NULL,
 							&opus_default_max_tokens,
-							128, 1, OPUS_PROTO_MAX_TOKENS,
+							OPUS_PARAM_DEFAULT_MAX_TOKENS,
+							(int) opus_params[OPUS_P_max_tokens].lo,
+							(int) opus_params[OPUS_P_max_tokens].hi,
 							PGC_USERSET,
 							0,
 							NULL, NULL, NULL);

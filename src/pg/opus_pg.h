@@ -306,13 +306,17 @@ extern void OpusWaitModelReady(int model, struct opus_proto_ready *info, char *p
 
 extern const char *OpusTextToUtf8(const char *s, size_t len, size_t *out_len);
 extern char *OpusTextFromUtf8(const char *s, size_t len);
-extern void OpusParseOptions(FunctionCallInfo fcinfo, OpusRequest *req);
-extern void OpusParseModelArg(FunctionCallInfo fcinfo, int argno, OpusRequest *req);
 extern void OpusCheckPromptSize(size_t len, const char *what_is);
 extern void OpusParseMessages(Jsonb *jb, OpusRequest *req);
 extern Datum OpusCompletionJsonb(bool chat, const OpusResult *res);
 extern void OpusParseGeneration(FunctionCallInfo fcinfo, uint8 kind, OpusRequest *req);
 extern char *OpusServedModelName(int model);
+
+/* ---- request parameters of the SQL functions (args.c; src/params.h) ---- */
+extern void OpusParseOptions(FunctionCallInfo fcinfo, OpusRequest *req);
+extern int	OpusArgNo(FunctionCallInfo fcinfo, const char *name);
+extern bool OpusArgIsNull(FunctionCallInfo fcinfo, const char *name);
+extern void OpusParseModelArg(FunctionCallInfo fcinfo, OpusRequest *req);
 
 /* ---- asynchronous requests (async.c) ---- */
 

@@ -36,7 +36,7 @@ mkdir -p build/bench
 
 if [ "$accuracy" = 1 ]; then
 	gcc -std=gnu11 -D_GNU_SOURCE -iquote src/engine -O2 -g -fno-math-errno \
-		test/bench/kv_accuracy.c build/engine/*.o -o build/bench/kv_accuracy -lm -lpthread -lutf8proc
+		test/bench/kv_accuracy.c build/engine/*.o build/shared/*.o -o build/bench/kv_accuracy -lm -lpthread -lutf8proc
 	echo "== accuracy: q8_0 kv against f16 kv, $threads threads"
 	build/bench/kv_accuracy "$model" test/golden/logits "$threads"
 	echo
