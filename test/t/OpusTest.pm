@@ -138,7 +138,7 @@ sub engine_pid
 	return undef;
 }
 
-# start_query(NODE, SQL, setup => "SET ...", db => DB) - run SQL in its own
+# start_query(NODE, SQL, setup => "SET ...", db => DB, user => ROLE) - run SQL in its own
 # psql process, in the background (SETUP, if given, runs first in the same
 # session), in database DB (default postgres).  Returns a handle for
 # query_running and wait_query.
@@ -149,7 +149,8 @@ sub start_query
 	my @cmd = (
 		'psql', '-XAtq', '-v', 'ON_ERROR_STOP=1',
 		'-v', 'VERBOSITY=verbose',
-		'-d', $node->connstr($o{db} // 'postgres'));
+		'-d', $node->connstr($o{db} // 'postgres')
+		  . (defined $o{user} ? " user=$o{user}" : ''));
 	push @cmd, '-c', $o{setup} if defined $o{setup};
 	push @cmd, '-c', $sql;
 	$q->{h} = IPC::Run::start(\@cmd, '<', '/dev/null', '>', \$q->{out},
