@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "chat.h"
 #include "jinja.h"
 #include "unit.h"
 
@@ -306,6 +307,77 @@ test_hostile(void)
 	expect_err("{{ 1 / 0 }}", NULL, NULL, OPUS_ERR_TEMPLATE, "division by zero");
 }
 
+/* The engine's renderer (chat_jinja.c): the model's template, else the fallback. */
+static void
+test_renderer(void)
+{
+	size_t		tl;
+	char	   *smol = slurp(DIR "templates/HuggingFaceTB-SmolLM2-135M-Instruct.jinja", &tl);
+	struct opus_chat_msg msgs[] = {{"user", "Hi"}};
+	struct opus_chat_renderer *r = NULL;
+	struct opus_error err = {0};
+	char	   *out = NULL;
+	size_t		n;
+	static const char *const llama3_unsupported =
+		"{{ bos_token }}{% for m in messages %}<|start_header_id|>{{ m.role|no_such_filter }}"
+		"<|end_header_id|>\n\n{{ m.content }}<|eot_id|>{% endfor %}";
+
+	CHECK(smol != NULL, "SmolLM2 template missing");
+	if (!smol)
+		return;
+	/* SmolLM2: its own template, with the default system message */
+	CHECK(opus_chat_renderer_create(smol, tl, "", "<|im_end|>", false, &r, &err) == OPUS_OK, "%s", err.msg);
+	CHECK(strcmp(opus_chat_renderer_name(r), "jinja") == 0, "name %s", opus_chat_renderer_name(r));
+	CHECK(opus_chat_renderer_apply(r, msgs, 1, NULL, 0, true, &out, &n, &err) == OPUS_OK, "%s", err.msg);
+	CHECK(out && strcmp(out, "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face"
+						"<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n") == 0,
+		  "SmolLM2 render: %s", out ? out : err.msg);
+	free(out);
+	opus_chat_renderer_free(r);
+	/* a template the interpreter cannot parse: the pattern family, and why */
+	CHECK(opus_chat_renderer_create(llama3_unsupported, strlen(llama3_unsupported), "<|begin_of_text|>", "",
+									true, &r, &err) == OPUS_OK, "%s", err.msg);
+	CHECK(strcmp(opus_chat_renderer_name(r), "llama3") == 0, "fallback name %s", opus_chat_renderer_name(r));
+	CHECK(strstr(opus_chat_renderer_why(r), "unsupported filter 'no_such_filter'") != NULL, "why: %s",
+		  opus_chat_renderer_why(r));
+	CHECK(opus_chat_renderer_apply(r, msgs, 1, NULL, 0, true, &out, &n, &err) == OPUS_OK, "%s", err.msg);
+	CHECK(out && strncmp(out, "<|start_header_id|>user", 23) == 0, "fallback render: %s", out ? out : err.msg);
+	free(out);
+	opus_chat_renderer_free(r);
+	/* no template: ChatML */
+	CHECK(opus_chat_renderer_create(NULL, 0, "", "", false, &r, &err) == OPUS_OK, "%s", err.msg);
+	CHECK(strcmp(opus_chat_renderer_name(r), "chatml") == 0, "no template: %s", opus_chat_renderer_name(r));
+	opus_chat_renderer_free(r);
+	/* BOS written by the template is dropped when the tokenizer adds it */
+	{
+		static const char *const t = "{{ bos_token }}[{{ messages[0].content }}]";
+
+		CHECK(opus_chat_renderer_create(t, strlen(t), "<s>", "</s>", true, &r, &err) == OPUS_OK, "%s", err.msg);
+		CHECK(opus_chat_renderer_apply(r, msgs, 1, NULL, 0, true, &out, &n, &err) == OPUS_OK, "%s", err.msg);
+		CHECK(out && strcmp(out, "[Hi]") == 0 && n == 4, "strip bos: %s", out ? out : err.msg);
+		free(out);
+		opus_chat_renderer_free(r);
+	}
+	/* tools reach the template; the template's own error is an error */
+	{
+		static const char *const t =
+			"{% if messages[0].role != 'user' %}{{ raise_exception('users first') }}{% endif %}"
+			"{{ tools|map(attribute='function.name')|join(',') }}";
+		static const char *const tools = "[{\"type\": \"function\", \"function\": {\"name\": \"f\"}}]";
+		struct opus_chat_msg sys[] = {{"system", "x"}};
+
+		CHECK(opus_chat_renderer_create(t, strlen(t), "", "", false, &r, &err) == OPUS_OK, "%s", err.msg);
+		CHECK(opus_chat_renderer_apply(r, msgs, 1, tools, strlen(tools), true, &out, &n, &err) == OPUS_OK &&
+			  strcmp(out, "f") == 0, "tools: %s", out ? out : err.msg);
+		free(out);
+		out = NULL;
+		CHECK(opus_chat_renderer_apply(r, sys, 1, NULL, 0, true, &out, &n, &err) == OPUS_ERR_TEMPLATE &&
+			  out == NULL && strstr(err.msg, "users first"), "raise: %s", err.msg);
+		opus_chat_renderer_free(r);
+	}
+	free(smol);
+}
+
 int
 main(void)
 {
@@ -313,5 +385,6 @@ main(void)
 	test_semantics();
 	test_clock();
 	test_hostile();
+	test_renderer();
 	return UNIT_DONE();
 }
