@@ -42,6 +42,8 @@ extern void OpusTenantCheckRequest(const OpusTenantConf *c, uint8 kind, int max_
 extern const char *OpusTenantCheckClaim(const OpusTenantConf *c, bool async, int *limit, int *held);
 extern void OpusTenantRaiseSlots(const OpusTenantConf *c, const char *which, int limit,
 								 int held) pg_attribute_noreturn();
+/* Raise 53000 if a waiting request of class <= cls is past opus.queue_objective. */
+extern void OpusTenantCheckObjective(uint8 kind, int cls);
 /* Supervisor: charge a finished request's prompt + completion tokens. */
 extern void OpusTenantCharge(Oid role, int64 tokens);
 

@@ -304,6 +304,7 @@ OpusCheckRequestSize(const OpusRequest *req)
 	Size		need = payload_size(req);
 
 	OpusTenantCheckRequest(current_tenant(), req->kind, req->params.max_tokens);
+	OpusTenantCheckObjective(req->kind, Max(opus_priority_value, current_tenant()->ceiling));
 	if (need > OpusShared->slot_buf_size)
 	{
 		OpusStatsRejected(req->kind);
@@ -328,7 +329,7 @@ OpusSubmitSlot(OpusSlot *slot, const OpusRequest *req, TimestampTz start)
 	slot->model = (uint8) req->model;
 	slot->model_epoch = req->model_epoch;
 	slot->fallback = (int8) req->fallback;
-	slot->priority = opus_priority_value;
+	slot->priority = Max(opus_priority_value, current_tenant()->ceiling);
 	slot->served_model = (uint8) req->model;
 	slot->served_version = 0;
 	slot->submit_time = start;

@@ -61,6 +61,7 @@
 #include "utils/timestamp.h"
 
 #include "opus_pg.h"
+#include "opus_stats.h"
 #include "opus_tenants.h"
 
 #define OPUS_MAX_TENANTS	256
@@ -79,6 +80,7 @@ int			opus_role_max_async_requests = 0;
 int			opus_role_max_tokens = 0;
 int			opus_role_tokens_per_minute = 0;
 int			opus_role_tokens_per_day = 0;
+int			opus_queue_objective_ms = 0;
 
 typedef struct OpusTenantEntry
 {
@@ -169,6 +171,11 @@ OpusDefineTenantSettings(void)
 							   "lets the roles given the same name share.",
 							   &opus_cache_scope, "role", PGC_SUSET, 0,
 							   check_cache_scope, NULL, NULL);
+	DefineCustomIntVariable("opus.queue_objective",
+							"Refuse new requests of a class while a request of that class or an earlier one has waited this long for its first token (0 = never).",
+							"Refused requests fail at once with 53000 instead of queueing without bound.",
+							&opus_queue_objective_ms, 0, 0, INT_MAX,
+							PGC_SUSET, GUC_UNIT_MS, NULL, NULL, NULL);
 	DefineCustomIntVariable("opus.role_weight",
 							"This role's fair share of the engine, relative to other roles of the same class.",
 							NULL, &opus_role_weight, 1, 1, OPUS_PROTO_MAX_WEIGHT,
@@ -560,6 +567,53 @@ OpusTenantRaiseSlots(const OpusTenantConf *c, const char *which, int limit, int 
 			 errdetail("%s is %d for this role; a slot frees when one of its requests %s.",
 					   which, limit,
 					   async ? "is read with opus_result, cancelled or expires" : "finishes")));
+}
+
+/*
+ * Load shedding by objective: when a generation request of class cls would
+ * queue behind a request of class cls or an earlier one (a smaller number)
+ * that has waited longer than opus.queue_objective without its first token,
+ * refuse it at once with 53000.  Slot fields are read without locks: a
+ * stale read only moves the decision by one request.
+ */
+void
+OpusTenantCheckObjective(uint8 kind, int cls)
+{
+	TimestampTz now;
+	int64		worst_ms = 0;
+	int			worst_cls = 0;
+
+	if (opus_queue_objective_ms <= 0 || OpusShared == NULL ||
+		(kind != OPUS_KIND_GENERATE && kind != OPUS_KIND_CHAT))
+		return;
+	now = GetCurrentTimestamp();
+	for (int i = 0; i < OpusShared->n_slots; i++)
+	{
+		OpusSlot   *s = OpusGetSlot(i);
+		OpusSlotState st = s->state;
+		int64		waited;
+
+		if ((st != OPUS_SLOT_SUBMITTED && st != OPUS_SLOT_RUNNING) ||
+			(s->kind != OPUS_KIND_GENERATE && s->kind != OPUS_KIND_CHAT) ||
+			s->result_len != 0 || s->priority > cls)
+			continue;
+		waited = (now - s->submit_time) / 1000;
+		if (waited > worst_ms)
+		{
+			worst_ms = waited;
+			worst_cls = s->priority;
+		}
+	}
+	if (worst_ms > opus_queue_objective_ms)
+	{
+		OpusStatsRejected(kind);
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_RESOURCES),
+				 errmsg("opus requests of class %d are past their queueing objective", cls),
+				 errdetail("A request of class %d has waited %lld ms for its first token, over opus.queue_objective (%d ms).",
+						   worst_cls, (long long) worst_ms, opus_queue_objective_ms),
+				 errhint("Retry later, or ask for fewer or shorter generations.")));
+	}
 }
 
 /* The supervisor: charge a finished request's tokens to role. */
