@@ -68,7 +68,8 @@ def model(shape, typ):
     path = os.path.join(models, "%s-%s.gguf" % (shape, typ))
     if not os.path.exists(path):
         subprocess.run([engine, "genmodel", *shape_args[shape], "--type", typ, "--out", path,
-                        "--threads", "2"], check=True, stdout=subprocess.DEVNULL)
+                        "--threads", "2"], check=True, stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL)
     return path
 
 
