@@ -15,12 +15,13 @@ CREATE FUNCTION @extschema@.opus_generate_stream(
     repetition_penalty double precision DEFAULT 1.0,
     seed bigint DEFAULT NULL,
     stop text[] DEFAULT NULL,
-    model text DEFAULT NULL)
+    model text DEFAULT NULL,
+    fallback boolean DEFAULT NULL)
 RETURNS SETOF text
 AS 'MODULE_PATHNAME', 'opus_generate_stream'
 LANGUAGE C VOLATILE PARALLEL UNSAFE ROWS 50;
 
-COMMENT ON FUNCTION @extschema@.opus_generate_stream(text, integer, double precision, double precision, integer, double precision, double precision, double precision, double precision, bigint, text[], text)
+COMMENT ON FUNCTION @extschema@.opus_generate_stream(text, integer, double precision, double precision, integer, double precision, double precision, double precision, double precision, bigint, text[], text, boolean)
 IS 'stream the completion of a prompt as text chunks, one row per chunk while it is generated (options as opus_generate)';
 
 CREATE FUNCTION @extschema@.opus_chat_stream(
@@ -35,12 +36,13 @@ CREATE FUNCTION @extschema@.opus_chat_stream(
     repetition_penalty double precision DEFAULT 1.0,
     seed bigint DEFAULT NULL,
     stop text[] DEFAULT NULL,
-    model text DEFAULT NULL)
+    model text DEFAULT NULL,
+    fallback boolean DEFAULT NULL)
 RETURNS SETOF text
 AS 'MODULE_PATHNAME', 'opus_chat_stream'
 LANGUAGE C VOLATILE PARALLEL UNSAFE ROWS 50;
 
-COMMENT ON FUNCTION @extschema@.opus_chat_stream(jsonb, integer, double precision, double precision, integer, double precision, double precision, double precision, double precision, bigint, text[], text)
+COMMENT ON FUNCTION @extschema@.opus_chat_stream(jsonb, integer, double precision, double precision, integer, double precision, double precision, double precision, double precision, bigint, text[], text, boolean)
 IS 'stream the answer to chat messages as text chunks, one row per chunk while it is generated (options as opus_chat)';
 
 CREATE FUNCTION @extschema@.opus_generate_stream_completion(
@@ -55,12 +57,13 @@ CREATE FUNCTION @extschema@.opus_generate_stream_completion(
     repetition_penalty double precision DEFAULT 1.0,
     seed bigint DEFAULT NULL,
     stop text[] DEFAULT NULL,
-    model text DEFAULT NULL)
+    model text DEFAULT NULL,
+    fallback boolean DEFAULT NULL)
 RETURNS SETOF jsonb
 AS 'MODULE_PATHNAME', 'opus_generate_stream_completion'
 LANGUAGE C VOLATILE PARALLEL UNSAFE ROWS 50;
 
-COMMENT ON FUNCTION @extschema@.opus_generate_stream_completion(text, integer, double precision, double precision, integer, double precision, double precision, double precision, double precision, bigint, text[], text)
+COMMENT ON FUNCTION @extschema@.opus_generate_stream_completion(text, integer, double precision, double precision, integer, double precision, double precision, double precision, double precision, bigint, text[], text, boolean)
 IS 'like opus_generate_stream, as OpenAI text_completion chunks; the last row has finish_reason and usage';
 
 CREATE FUNCTION @extschema@.opus_chat_stream_completion(
@@ -75,10 +78,11 @@ CREATE FUNCTION @extschema@.opus_chat_stream_completion(
     repetition_penalty double precision DEFAULT 1.0,
     seed bigint DEFAULT NULL,
     stop text[] DEFAULT NULL,
-    model text DEFAULT NULL)
+    model text DEFAULT NULL,
+    fallback boolean DEFAULT NULL)
 RETURNS SETOF jsonb
 AS 'MODULE_PATHNAME', 'opus_chat_stream_completion'
 LANGUAGE C VOLATILE PARALLEL UNSAFE ROWS 50;
 
-COMMENT ON FUNCTION @extschema@.opus_chat_stream_completion(jsonb, integer, double precision, double precision, integer, double precision, double precision, double precision, double precision, bigint, text[], text)
+COMMENT ON FUNCTION @extschema@.opus_chat_stream_completion(jsonb, integer, double precision, double precision, integer, double precision, double precision, double precision, double precision, bigint, text[], text, boolean)
 IS 'like opus_chat_stream, as OpenAI chat.completion.chunk objects; the last row has finish_reason and usage';
