@@ -6,7 +6,7 @@
 #   make unit       engine unit tests (ASan + UBSan)
 #   make test       everything CI runs (see README)
 
-EXTENSION = opus_pg
+EXTENSION = opus_pg opus_pg_proxy
 MODULE_big = opus_pg
 OBJS = $(patsubst %.c,%.o,$(sort $(wildcard src/pg/*.c))) src/params.o
 # Versions (docs/upgrade.md).  EXTVERSION is the control file's
@@ -20,7 +20,8 @@ OBJS = $(patsubst %.c,%.o,$(sort $(wildcard src/pg/*.c))) src/params.o
 # an update that changes nothing).
 EXTVERSION := $(shell sed -n "s/^default_version *= *'\([^']*\)'.*/\1/p" opus_pg.control)
 RELEASED_VERSIONS = 0.1.0
-DATA = $(foreach v,$(RELEASED_VERSIONS),sql/released/opus_pg--$(v).sql)
+DATA = $(foreach v,$(RELEASED_VERSIONS),sql/released/opus_pg--$(v).sql) \
+	sql/proxy/opus_pg_proxy--$(EXTVERSION).sql
 DATA_built = build/opus_pg--$(EXTVERSION).sql \
 	$(foreach v,$(RELEASED_VERSIONS),build/opus_pg--$(v)--$(EXTVERSION).sql)
 PG_CPPFLAGS = -Isrc -DOPUS_PG_VERSION='"$(EXTVERSION)"'
@@ -31,7 +32,7 @@ PG_CFLAGS = $(OPUS_PG_WERROR)
 # pg_regress suite (sql/<name>.sql, expected/<name>.out).  It needs a server
 # with opus_pg preloaded: run test/run_regress.sh (temporary instance), or
 # `make installcheck` against a running server configured that way.
-REGRESS = setup generate chat tokenize errors settings model models stats experts async jobs security security_privileges security_limits upgrade tenants stream
+REGRESS = setup generate chat tokenize errors settings model models stats experts async jobs security security_privileges security_limits upgrade tenants stream scaleout
 REGRESS_OPTS = --inputdir=.
 EXTRA_CLEAN = nopreload
 

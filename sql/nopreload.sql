@@ -33,6 +33,8 @@ SELECT * FROM opus_async;
 \echo :LAST_ERROR_SQLSTATE
 SELECT * FROM opus_generate_many(ARRAY['x']);
 \echo :LAST_ERROR_SQLSTATE
+SELECT * FROM opus_model_identity();
+\echo :LAST_ERROR_SQLSTATE
 SELECT opus_generate_stream('x');
 \echo :LAST_ERROR_SQLSTATE
 SELECT opus_chat_stream('[{"role": "user", "content": "hi"}]');

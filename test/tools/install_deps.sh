@@ -11,7 +11,7 @@ cd "$(dirname "$0")/../.."
 
 pkgs=(postgresql-15 postgresql-server-dev-15 postgresql-client-15
 	libipc-run-perl postgresql-15-cron gcc make procps python3
-	libpq-dev libkrb5-dev)
+	libpq-dev libkrb5-dev postgresql-15-plproxy)
 # libpq-dev: test/tools/stream_client.c (a libpq client); libkrb5-dev: the
 # server header libpq/libpq.h (pq_flush, src/pg/stream.c) includes gssapi.h.
 
