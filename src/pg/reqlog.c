@@ -430,7 +430,8 @@ update_row(SPIPlanPtr plan, const OpusLogRecord *fin)
 	return SPI_processed > 0;
 }
 
-static bool table_missing_logged = false;
+/* Why records were last discarded (0: they were not), so each reason is logged once. */
+static int	discard_logged = 0;
 
 /*
  * Write one batch in one transaction.  Returns the number of records
@@ -458,22 +459,24 @@ write_batch(OpusLogRecord *recs, int n)
 	table = log_table();
 	if (table == NULL)
 	{
-		if (!table_missing_logged && other_sql_version != NULL)
+		int			why = other_sql_version != NULL ? 2 : 1;
+
+		if (discard_logged != why && other_sql_version != NULL)
 			ereport(LOG,
 					(errmsg("opus_pg: the extension in database \"%s\" is version %s, the library %s; request records are discarded",
 							opus_log_database, other_sql_version, OPUS_PG_VERSION),
 					 errhint("Run ALTER EXTENSION opus_pg UPDATE in database \"%s\" (see docs/upgrade.md).",
 							 opus_log_database)));
-		else if (!table_missing_logged)
+		else if (discard_logged != why)
 			ereport(LOG,
 					(errmsg("opus_pg: the request log table is missing in database \"%s\"; request records are discarded",
 							opus_log_database),
 					 errhint("Run CREATE EXTENSION opus_pg in database \"%s\", or set opus.database.",
 							 opus_log_database)));
-		table_missing_logged = true;
+		discard_logged = why;
 		return 0;
 	}
-	table_missing_logged = false;
+	discard_logged = 0;
 
 	ins = SPI_prepare(psprintf("INSERT INTO %s (request_id, userid, dbid, backend_pid, model, kind, "
 							   "params, status, finish_reason, prompt_tokens, completion_tokens, "
