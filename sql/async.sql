@@ -97,13 +97,17 @@ RESET ROLE;
 SELECT opus_result(:id) IS NOT NULL AS owner_reads;
 
 -- At most opus.max_async_requests slots (-1: 6 of the 8 here) hold async
--- requests; synchronous calls still find a slot.
+-- requests and set-based windows, one role at most
+-- opus.max_async_requests_per_role (-1: half, 3 here); synchronous and
+-- set-based calls still find a slot.
 SHOW opus.max_async_requests;
+SHOW opus.max_async_requests_per_role;
 CREATE TEMP TABLE held AS
 SELECT opus_submit('Count from 1 to 10000, separated by commas: 1, 2, 3,', max_tokens => 1500, temperature => 0) AS id
-FROM generate_series(1, 6);
+FROM generate_series(1, 3);
 SELECT try($$SELECT opus_submit('x')$$);
 SELECT opus_generate('The capital of France is', max_tokens => 2, temperature => 0) IS NOT NULL AS sync_works;
+SELECT count(*) AS many_works FROM opus_generate_many(ARRAY['a', 'b'], max_tokens => 1);
 SELECT bool_and(opus_cancel(id)) AS all_cancelled FROM held;
 -- The supervisor frees cancelled slots at its next pass.
 SELECT wait_for('SELECT busy_slots = 0 FROM opus_engine') AS slots_free;

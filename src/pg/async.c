@@ -28,12 +28,16 @@
  * submitting role it has the privileges of (its own role, a role it
  * inherits, or any role for a superuser); others get 42501.
  *
- * Capacity: at most opus.max_async_requests slots may hold async requests
- * (queued, running, or finished and unread), so synchronous calls always
- * find the remaining slots.  The check is made after claiming: a backend
- * that claims a slot and then counts more async slots than allowed gives
- * its slot back and fails with 53000; since every claimer counts after
- * publishing its own claim, the cap is never exceeded.
+ * Capacity: slots are a budget.  Async requests (queued, running, or
+ * finished and unread) and the windows of set-based calls (slot->bulk)
+ * together hold at most opus.max_async_requests slots, so synchronous calls
+ * always find the remaining ones (the synchronous reserve), and one role
+ * holds at most opus.max_async_requests_per_role of them, so one role
+ * cannot take the whole budget from the others.  The check is made after
+ * claiming: a backend that claims a slot and then counts more than allowed
+ * gives its slot back (an async submit fails with 53000, a set-based call
+ * waits for its own requests to finish); since every claimer counts after
+ * publishing its own claim, the caps are never exceeded.
  *
  * Detached or not: opus_submit(..., detached => false) ties the request to
  * the session.  Such requests are remembered in a backend-local list and
@@ -86,6 +90,7 @@ PG_FUNCTION_INFO_V1(opus_chat_many);
 
 int			opus_max_async_requests = -1;
 int			opus_async_retention_s = 600;
+int			opus_max_async_requests_per_role = -1;
 
 /* Request ids of this session's attached (detached => false) requests. */
 static uint64 *attached_ids = NULL;
@@ -109,6 +114,14 @@ OpusDefineAsyncSettings(void)
 							PGC_SIGHUP,
 							0,
 							NULL, NULL, NULL);
+	DefineCustomIntVariable("opus.max_async_requests_per_role",
+							"Request slots one role's asynchronous requests and set-based windows may hold at once (-1 = half of opus.max_async_requests).",
+							"A set-based call's window is clamped to this share.",
+							&opus_max_async_requests_per_role,
+							-1, -1, 10000,
+							PGC_SIGHUP,
+							0,
+							NULL, NULL, NULL);
 	DefineCustomIntVariable("opus.async_retention",
 							"How long the unread result of an asynchronous request is kept.",
 							NULL,
@@ -128,6 +141,17 @@ async_cap(void)
 	if (opus_max_async_requests < 0)
 		return Max(1, n * 3 / 4);
 	return Min(opus_max_async_requests, n);
+}
+
+/* The number of those slots one role may hold now (at least 1 if any). */
+static int
+role_cap(void)
+{
+	int			cap = async_cap();
+
+	if (opus_max_async_requests_per_role < 0)
+		return Max(Min(cap, 1), cap / 2);
+	return Min(opus_max_async_requests_per_role, cap);
 }
 
 /* ---------------------------------------------------------------------
@@ -166,21 +190,30 @@ expire_results(void)
 }
 
 /*
- * Slots now holding async requests: any state but FREE, and CANCELLED,
- * which the supervisor frees at its next pass.
+ * Slots now holding async requests or set-based windows: any state but
+ * FREE, and CANCELLED, which the supervisor frees at its next pass.  The
+ * return value counts all of them, *n_role those of role.
  */
 static int
-count_async(void)
+count_budget(Oid role, int *n_role)
 {
 	int			n = 0;
 	int			i;
 
+	*n_role = 0;
 	for (i = 0; i < OpusShared->n_slots; i++)
 	{
 		OpusSlot   *slot = OpusGetSlot(i);
+		bool		held;
 
 		SpinLockAcquire(&slot->mutex);
-		n += slot->async && slot->state != OPUS_SLOT_FREE && slot->state != OPUS_SLOT_CANCELLED;
+		held = (slot->async || slot->bulk) &&
+			slot->state != OPUS_SLOT_FREE && slot->state != OPUS_SLOT_CANCELLED;
+		if (held)
+		{
+			n++;
+			*n_role += slot->userid == role;
+		}
 		SpinLockRelease(&slot->mutex);
 	}
 	return n;
@@ -397,14 +430,23 @@ submit_async(const OpusRequest *req, bool detached)
 	slot = OpusGetSlot(index);
 	PG_ENSURE_ERROR_CLEANUP(abandon_callback, Int64GetDatum((int64) id));
 	{
-		int			n = count_async();
+		int			n_role;
+		int			n = count_budget(GetUserId(), &n_role);
+		int			rcap = role_cap();
 
 		if (n > cap)
 			ereport(ERROR,
 					(errcode(ERRCODE_INSUFFICIENT_RESOURCES),
 					 errmsg("too many asynchronous opus requests"),
-					 errdetail("opus.max_async_requests allows %d; they count until their result is read, they are cancelled, or they expire.", cap),
+					 errdetail("opus.max_async_requests allows %d, counting set-based calls' windows; async requests count until their result is read, they are cancelled, or they expire.", cap),
 					 errhint("Read or cancel finished requests (opus_result, opus_cancel), or raise opus.max_async_requests.")));
+		if (n_role > rcap)
+			ereport(ERROR,
+					(errcode(ERRCODE_INSUFFICIENT_RESOURCES),
+					 errmsg("too many asynchronous opus requests for role \"%s\"",
+							GetUserNameFromId(GetUserId(), false)),
+					 errdetail("opus.max_async_requests_per_role allows %d, counting set-based calls' windows; async requests count until their result is read, they are cancelled, or they expire.", rcap),
+					 errhint("Read or cancel finished requests (opus_result, opus_cancel), or raise opus.max_async_requests_per_role.")));
 		OpusSubmitSlot(slot, req, start);
 	}
 	PG_END_ENSURE_ERROR_CLEANUP(abandon_callback, Int64GetDatum((int64) id));
@@ -817,6 +859,41 @@ typedef struct ManyState
 	uint64	   *ids;			/* [window] request id */
 } ManyState;
 
+/*
+ * Claim a slot for a set-based call's window, within the budget (the
+ * async cap and the role's share, see Capacity at the top); -1 when no
+ * slot is free or the budget is spent (the caller waits for its own
+ * requests).  A call with nothing in flight (alone) may take one slot
+ * beyond the budget, as a synchronous call would, so it never waits on
+ * results nobody reads.
+ */
+static int
+claim_bulk(uint8 kind, uint64 *id, bool alone)
+{
+	int			index = OpusClaimSlot(kind, false, id, true);
+	OpusSlot   *slot;
+	int			n_role;
+	int			n;
+
+	if (index < 0)
+		return -1;
+	if (async_cap() <= 0)
+		return index;			/* async disabled: a window of 1, like a synchronous call */
+	slot = OpusGetSlot(index);
+	SpinLockAcquire(&slot->mutex);
+	slot->bulk = true;
+	SpinLockRelease(&slot->mutex);
+	n = count_budget(GetUserId(), &n_role);
+	if (n <= async_cap() && n_role <= role_cap())
+		return index;
+	SpinLockAcquire(&slot->mutex);
+	slot->bulk = false;
+	if (!alone)
+		slot->state = OPUS_SLOT_FREE;
+	SpinLockRelease(&slot->mutex);
+	return alone ? index : -1;
+}
+
 static void
 many_cleanup(int code, Datum arg)
 {
@@ -883,6 +960,8 @@ many_common(FunctionCallInfo fcinfo, uint8 kind)
 					 errmsg("window must be between 1 and 10000"),
 					 errdetail("The value given was %d.", window)));
 	}
+	/* a window beyond the role's share of the budget would only wait */
+	window = Min(window, Max(1, role_cap()));
 	window = Min(window, OpusShared->n_slots);
 
 	/* Validate everything before queuing anything. */
@@ -928,7 +1007,7 @@ many_common(FunctionCallInfo fcinfo, uint8 kind)
 			while (ms->n_inflight < window && next < n)
 			{
 				uint64		id;
-				int			index = OpusClaimSlot(kind, false, &id, true);
+				int			index = claim_bulk(kind, &id, ms->n_inflight == 0);
 
 				if (index < 0)
 					break;

@@ -35,6 +35,9 @@ extern char *opus_engine_path;
 extern int	opus_kv_block_size;
 extern int	opus_kv_cache_type;	/* OPUS_PROTO_KV_* */
 extern int	opus_max_batch_tokens;
+extern int	opus_step_latency_target_ms;
+extern int	opus_admission_starvation_ms;
+extern int	opus_engine_liveness_timeout_ms;
 extern char *opus_priority;
 extern int	opus_priority_value;	/* opus.priority as a class number */
 extern char *opus_models;		/* opus.models: the named models (models.c) */
@@ -90,6 +93,7 @@ typedef struct OpusSlot
 	TimestampTz submit_time;
 	bool		async;			/* opus_submit: outlives the call (async.c) */
 	bool		stream;			/* read while RUNNING (stream.c): wake per TEXT */
+	bool		bulk;			/* a set-based call's window (async.c): shares the async budget */
 	TimestampTz finish_time;	/* when it became DONE/ERROR (supervisor) */
 	ConditionVariable cv;		/* broadcast when state becomes DONE/ERROR */
 
@@ -188,6 +192,7 @@ typedef struct OpusEngineStatus
 	char		last_error[OPUS_PROTO_MSG_LEN];
 	char		last_error_detail[OPUS_PROTO_MSG_LEN];
 	char		last_exit[OPUS_PROTO_MSG_LEN];	/* how the last engine ended */
+	bool		unresponsive;	/* READY but not answering a ping, nor using CPU */
 	char		model_path[OPUS_PROTO_PATH_LEN];
 	struct opus_proto_ready model;	/* valid when ever_ready */
 	bool		ever_ready;
@@ -322,6 +327,7 @@ extern void OpusParseModelArg(FunctionCallInfo fcinfo, OpusRequest *req);
 
 extern int	opus_max_async_requests;
 extern int	opus_async_retention_s;
+extern int	opus_max_async_requests_per_role;
 extern void OpusDefineAsyncSettings(void);
 
 /* ---- errors (errors.c) ---- */

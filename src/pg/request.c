@@ -218,6 +218,7 @@ OpusClaimSlot(uint8 kind, bool async, uint64 *id_out, bool missing_ok)
 			slot->dbid = MyDatabaseId;
 			slot->async = async;
 			slot->stream = false;
+			slot->bulk = false;
 			slot->finish_time = 0;
 			*id_out = slot->request_id;
 			got = true;
