@@ -54,9 +54,10 @@
 #include "params.h"
 
 #define OPUS_PROTO_MAGIC		0x5355504FU /* "OPUS" read as little-endian u32 */
-#define OPUS_PROTO_VERSION		5	/* 2: PROGRESS, prefix counters in STATS;
+#define OPUS_PROTO_VERSION		6	/* 2: PROGRESS, prefix counters in STATS;
 									 * 3: KV settings in HELLO, priority in SUBMIT;
-									 * 4: EXPERTS; 5: tenant block in SUBMIT */
+									 * 4: EXPERTS; 5: tenant block in SUBMIT;
+									 * 6: step target, starvation limit in HELLO */
 #define OPUS_PROTO_HEADER_SIZE	16
 #define OPUS_PROTO_MAX_PAYLOAD	(16U * 1024 * 1024)
 #define OPUS_PROTO_MAX_STOP		OPUS_PARAM_MAX_STOP /* stop strings per request */
@@ -163,6 +164,8 @@ struct opus_proto_hello
 	int32_t		kv_block_size;	/* token positions per KV block, 1..MAX_BLOCK_SIZE */
 	int32_t		max_batch_tokens;	/* tokens per batched step, >= 1 */
 	int32_t		kv_cache_type;	/* OPUS_PROTO_KV_* */
+	int32_t		step_target_ms; /* prefill bound behind decodes, 0 = none */
+	int32_t		starve_ms;		/* queue wait after which nobody overtakes, 0 = never */
 };
 
 /* READY: the model the engine has loaded. */
@@ -323,7 +326,7 @@ struct opus_proto_experts
 	const uint8_t *counts;		/* n_layer * n_expert little-endian u64 */
 };
 
-#define OPUS_PROTO_HELLO_SIZE	(4 + 4 + 4 + 4 + 8 + OPUS_PROTO_SHORT_LEN + OPUS_PROTO_PATH_LEN + 3 * 4)
+#define OPUS_PROTO_HELLO_SIZE	(4 + 4 + 4 + 4 + 8 + OPUS_PROTO_SHORT_LEN + OPUS_PROTO_PATH_LEN + 5 * 4)
 #define OPUS_PROTO_READY_SIZE	(4 + 4 + 8 + 4 * 8 + 8 + OPUS_PROTO_NAME_LEN + 3 * OPUS_PROTO_SHORT_LEN)
 #define OPUS_PROTO_STATS_SIZE	(4 * 4 + 9 * 8)
 #define OPUS_PROTO_PROGRESS_SIZE (4 + 5 * 4)
@@ -695,6 +698,8 @@ opus_proto_encode_hello(struct opus_proto_writer *w, const struct opus_proto_hel
 	opus_proto_w_u32(w, (uint32_t) m->kv_block_size);
 	opus_proto_w_u32(w, (uint32_t) m->max_batch_tokens);
 	opus_proto_w_u32(w, (uint32_t) m->kv_cache_type);
+	opus_proto_w_u32(w, (uint32_t) m->step_target_ms);
+	opus_proto_w_u32(w, (uint32_t) m->starve_ms);
 }
 
 /*
@@ -772,6 +777,8 @@ opus_proto_parse_hello(const uint8_t *buf, size_t len,
 	m->kv_block_size = (int32_t) opus_proto_r_u32(&r);
 	m->max_batch_tokens = (int32_t) opus_proto_r_u32(&r);
 	m->kv_cache_type = (int32_t) opus_proto_r_u32(&r);
+	m->step_target_ms = (int32_t) opus_proto_r_u32(&r);
+	m->starve_ms = (int32_t) opus_proto_r_u32(&r);
 	if (r.bad || m->kv_block_size < 1 || m->kv_block_size > OPUS_PROTO_MAX_BLOCK_SIZE)
 	{
 		*why = "HELLO kv_block_size out of range";
@@ -780,6 +787,11 @@ opus_proto_parse_hello(const uint8_t *buf, size_t len,
 	if (m->max_batch_tokens < 1 || m->max_batch_tokens > (1 << 20))
 	{
 		*why = "HELLO max_batch_tokens out of range";
+		return false;
+	}
+	if (m->step_target_ms < 0 || m->starve_ms < 0)
+	{
+		*why = "HELLO step_target_ms or starve_ms negative";
 		return false;
 	}
 	if (m->kv_cache_type != OPUS_PROTO_KV_F16 && m->kv_cache_type != OPUS_PROTO_KV_Q8_0)

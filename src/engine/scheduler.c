@@ -9,16 +9,24 @@
  *  1. cancelled requests get their DONE (CANCELLED) and lose their blocks;
  *  2. queued requests are admitted in queue order while the pool has the
  *     blocks their whole known token list (+1 for the first decode) needs,
- *     beyond what the prefills already running still need; the first one
- *     that does not fit stops admission (no overtaking inside the queue),
- *     unless preempting running requests of a lower class (larger priority
- *     number) makes room for it;
+ *     beyond what the prefills already running still need.  One that does
+ *     not fit may preempt running requests of a lower class (larger
+ *     priority number) when that makes room for it; otherwise it is
+ *     skipped and smaller ones behind it are admitted (no head-of-line
+ *     blocking), until it has waited in the queue for the starvation limit
+ *     (opus_sched_set_starvation): then nothing behind it is admitted, so
+ *     the blocks that free up go to it;
  *  3. one opus_forward batch is built: a decode token for every generating
  *     sequence first, then prefill chunks of the others, in admission order,
  *     up to max_batch_tokens (so a long prompt is spread over several steps
- *     while everyone else keeps getting a token per step);
- *  4. if the pool runs out (OPUS_ERR_CAPACITY), the most recently admitted
- *     sequence of the lowest priority is preempted: its blocks are released
+ *     while everyone else keeps getting a token per step); while there are
+ *     decodes in the batch, prefill tokens are also bounded by the step
+ *     time target (opus_sched_set_step_target) at the measured cost per
+ *     token, so the running requests' inter-token latency stays near it;
+ *  4. if the pool runs out (OPUS_ERR_CAPACITY), the sequence of the lowest
+ *     priority holding the most blocks (the most recently admitted among
+ *     equals) is preempted, which frees the most room per recomputation and
+ *     never picks a small newcomer before a large one: its blocks are released
  *     and it goes back to the queue, to be recomputed from its prompt and
  *     the tokens it has generated so far; its sampler (RNG state included)
  *     and its text state are kept, so its output does not change;
@@ -139,6 +147,7 @@ struct sched_req
 	int32_t		n_text_tokens;	/* tokens since the last TEXT event */
 
 	double		t_submit;		/* ms, CLOCK_MONOTONIC */
+	double		t_queued;		/* last (re)entry into the queue */
 	double		t_admit;
 	double		t_first;
 
@@ -156,6 +165,9 @@ struct opus_sched
 	int64_t		n_blocks;
 	uint64_t	root_hash;		/* parent hash of every first block */
 	double		aging_ms;		/* waiting time per class of promotion, 0 = off */
+	double		starve_ms;		/* queue wait after which nobody overtakes, 0 = never */
+	double		step_target_ms; /* prefill bound while decoding, 0 = off */
+	double		ms_per_token;	/* measured step cost per token (EWMA), 0 = unknown */
 	opus_event_fn cb;
 	void	   *user;
 
@@ -234,6 +246,8 @@ opus_sched_create(struct opus_ctx *ctx, opus_event_fn cb, void *user,
 	s->n_blocks = ctx->params.n_blocks;
 	s->root_hash = opus_kv_hash_root(opus_model_identity(ctx->model), s->block_size);
 	s->aging_ms = OPUS_SCHED_AGING_MS;
+	s->starve_ms = OPUS_SCHED_STARVE_MS;
+	s->step_target_ms = 0.0;
 	s->cb = cb;
 	s->user = user;
 	s->cap_piece = 256;
@@ -533,6 +547,7 @@ opus_sched_submit(struct opus_sched *s, uint64_t id, const int32_t *prompt,
 		r->n_stop = p->n_stop;
 	}
 	r->t_submit = now_ms();
+	r->t_queued = r->t_submit;
 	queue_insert(s, r);
 	return OPUS_OK;
 }
@@ -546,6 +561,18 @@ opus_sched_cancel(struct opus_sched *s, uint64_t id)
 		return false;
 	r->cancelled = true;
 	return true;
+}
+
+void
+opus_sched_set_starvation(struct opus_sched *s, double ms)
+{
+	s->starve_ms = ms > 0.0 ? ms : 0.0;
+}
+
+void
+opus_sched_set_step_target(struct opus_sched *s, double ms)
+{
+	s->step_target_ms = ms > 0.0 ? ms : 0.0;
 }
 
 void
@@ -1057,17 +1084,17 @@ prefix_lookup(struct opus_sched *s, struct sched_req *r, int64_t *n_idle)
 }
 
 /*
- * Move r from the head of the queue to the running set, attaching the
- * n_match cached blocks in s->match to its (empty) sequence.
+ * Move queue[qi] to the running set, attaching the n_match cached blocks
+ * in s->match to its (empty) sequence.
  */
 static void
-sched_admit(struct opus_sched *s, int32_t n_match)
+sched_admit(struct opus_sched *s, int qi, int32_t n_match)
 {
-	struct sched_req *r = s->queue[0];
+	struct sched_req *r = s->queue[qi];
 	struct opus_error err;
 	int32_t		attached = 0;
 
-	memmove(s->queue, s->queue + 1, (size_t) (s->n_queue - 1) * sizeof(*s->queue));
+	memmove(s->queue + qi, s->queue + qi + 1, (size_t) (s->n_queue - qi - 1) * sizeof(*s->queue));
 	s->n_queue--;
 	/* a failed attach (out of memory) leaves a shorter, still valid prefix */
 	while (attached < n_match &&
@@ -1189,19 +1216,25 @@ lower_class_blocks(const struct opus_sched *s, const struct sched_req *h, bool *
 static bool preempt_one(struct opus_sched *s, const struct sched_req *h);
 
 /*
- * Admit from the head of the queue while the pool allows.  A head that does
- * not fit may preempt running requests of lower classes (larger priority
- * numbers) when that makes room; otherwise it waits, and so does everyone
- * behind it.  The queue must have room for every running request.
+ * Admit in queue order while the pool allows.  A request that does not fit
+ * may preempt running requests of lower classes (larger priority numbers)
+ * when that makes room; otherwise it is passed over and the ones behind it
+ * that fit are admitted, unless it has waited in the queue for starve_ms:
+ * then admission stops at it, so the blocks that free up are kept for it.
+ * Requests behind it are of its class or lower (queue order), so the stop
+ * never holds back a more urgent class.  The queue must have room for every
+ * running request.
  */
 static void
 admit(struct opus_sched *s)
 {
 	int64_t		avail = opus_ctx_free_blocks(s->ctx) - blocks_promised(s);
+	double		t = now_ms();
+	int			i = 0;
 
-	while (s->n_queue > 0)
+	while (i < s->n_queue)
 	{
-		struct sched_req *h = s->queue[0];
+		struct sched_req *h = s->queue[i];
 		int64_t		n_idle;
 		int32_t		m = prefix_lookup(s, h, &n_idle);
 		int64_t		need = admit_need(s, h) - h->seq.n_blocks - m + n_idle;
@@ -1210,15 +1243,18 @@ admit(struct opus_sched *s)
 		if (need <= avail && s->n_run < s->max_batch)
 		{
 			avail -= need;
-			sched_admit(s, m);
+			sched_admit(s, i, m);
 			continue;
 		}
-		if (lower_class_blocks(s, h, &any) + avail < need || !any)
+		if (lower_class_blocks(s, h, &any) + avail >= need && any && preempt_one(s, h))
+		{
+			/* the victim (a lower class, or a more-served tenant) is queued behind h */
+			avail = opus_ctx_free_blocks(s->ctx) - blocks_promised(s);
+			continue;
+		}
+		if (s->starve_ms > 0.0 && t - h->t_queued >= s->starve_ms)
 			break;
-		/* the victim (lowest class, latest admitted) is of a lower class */
-		if (!preempt_one(s, h))
-			break;
-		avail = opus_ctx_free_blocks(s->ctx) - blocks_promised(s);
+		i++;
 	}
 }
 
@@ -1235,6 +1271,21 @@ build_batch(struct opus_sched *s, int *n_logit_rows)
 
 	for (int pass = 0; pass < 2; pass++)
 	{
+		/*
+		 * Prefill behind decodes: at most what fits the step time target
+		 * at the measured cost per token (but at least one block's worth,
+		 * so a long prompt always progresses).
+		 */
+		if (pass == 1 && n > 0 && s->step_target_ms > 0.0 && s->ms_per_token > 0.0)
+		{
+			double		fit = s->step_target_ms / s->ms_per_token - (double) n;
+			int			cap = fit < (double) budget ? (int) fit : budget;
+
+			if (cap < s->block_size)
+				cap = s->block_size;
+			if (cap < budget)
+				budget = cap;
+		}
 		for (int i = 0; i < s->n_run && budget > 0; i++)
 		{
 			struct sched_req *r = s->run[i];
@@ -1294,9 +1345,12 @@ assign_logits(struct opus_sched *s, int n_items, int rows)
 
 /*
  * Preempt the running request of the lowest effective class (largest
- * number), of the most-served tenant, most recently admitted, among those
- * h may preempt (any, when h is NULL): release its blocks and requeue it
- * for recomputation.  False if there is none.
+ * number), of the most-served tenant, that holds the most blocks (the most
+ * recently admitted among equals), among those h may preempt (any, when h
+ * is NULL): release its blocks and requeue it for recomputation.  False if
+ * there is none.  Taking the largest frees the most room per
+ * recomputation, and a small request admitted last is not the one thrown
+ * out again and again while large ones grow.
  */
 static bool
 preempt_one(struct opus_sched *s, const struct sched_req *h)
@@ -1313,7 +1367,9 @@ preempt_one(struct opus_sched *s, const struct sched_req *h)
 			(r->eff_priority == s->run[v]->eff_priority &&
 			 (tenant_vtc(s, r) > tenant_vtc(s, s->run[v]) ||
 			  (tenant_vtc(s, r) == tenant_vtc(s, s->run[v]) &&
-			   r->admitted > s->run[v]->admitted))))
+			   (r->seq.n_blocks > s->run[v]->seq.n_blocks ||
+				(r->seq.n_blocks == s->run[v]->seq.n_blocks &&
+				 r->admitted > s->run[v]->admitted))))))
 			v = i;
 	}
 	if (v < 0)
@@ -1327,6 +1383,7 @@ preempt_one(struct opus_sched *s, const struct sched_req *h)
 		r->logits = NULL;
 		memmove(s->run + v, s->run + v + 1, (size_t) (s->n_run - v - 1) * sizeof(*s->run));
 		s->n_run--;
+		r->t_queued = now_ms();
 		queue_insert(s, r);		/* capacity: cap_queue >= all requests */
 		s->stats.preemptions++;
 	}
@@ -1342,6 +1399,7 @@ opus_sched_step(struct opus_sched *s, struct opus_error *err)
 	struct opus_error ferr = {0};
 	int64_t		n_prefill = 0,
 				n_decode = 0;
+	double		t_step;
 
 	handle_cancels(s);
 	/* the queue must be able to take back any running request */
@@ -1361,7 +1419,9 @@ opus_sched_step(struct opus_sched *s, struct opus_error *err)
 		if (!assign_logits(s, n_items, rows))
 			return opus_error_set(err, OPUS_ERR_NOMEM,
 								  "out of memory for %d logits rows", rows);
+		t_step = now_ms();
 		st = opus_forward(s->ctx, s->items, n_items, &ferr);
+		t_step = now_ms() - t_step;
 		if (st != OPUS_ERR_CAPACITY)
 			break;
 		/* the pool ran out: preempt, unless a single sequence is left */
@@ -1397,6 +1457,16 @@ opus_sched_step(struct opus_sched *s, struct opus_error *err)
 	}
 	for (int i = 0; i < n_items; i++)
 		publish_blocks(s, s->item_req[i]);
+	/*
+	 * Cost per token, from steps with enough tokens that the per-step
+	 * overhead (reading the weights once) does not dominate.
+	 */
+	if (n_prefill + n_decode >= 2 * s->block_size)
+	{
+		double		c = t_step / (double) (n_prefill + n_decode);
+
+		s->ms_per_token = s->ms_per_token > 0.0 ? 0.7 * s->ms_per_token + 0.3 * c : c;
+	}
 	s->stats.steps++;
 	s->stats.tokens_prefill += n_prefill;
 	s->stats.tokens_decode += n_decode;

@@ -27,6 +27,7 @@
 #define OPUS_SCHED_MAX_WEIGHT 1000	/* fair-share weight upper bound */
 #define OPUS_SCHED_FAIR_MARGIN 64.0	/* virtual tokens: fair-share preemption threshold */
 #define OPUS_SCHED_FAIR_IDLE_MS 500.0	/* a tenant idle this long loses its banked credit */
+#define OPUS_SCHED_STARVE_MS 10000.0	/* default: after 10 s in the queue nobody overtakes */
 
 enum opus_finish
 {
@@ -114,6 +115,24 @@ enum opus_status opus_sched_step(struct opus_sched *s, struct opus_error *err);
  * OPUS_SCHED_AGING_MS.
  */
 void		opus_sched_set_aging(struct opus_sched *s, double ms_per_class);
+
+/*
+ * Starvation limit: a queued request that does not fit the free KV blocks
+ * is overtaken by smaller ones behind it until it has waited ms in the
+ * queue (since submission or its last preemption); then nothing behind it
+ * is admitted until it fits.  0 = always overtake.  Default
+ * OPUS_SCHED_STARVE_MS.
+ */
+void		opus_sched_set_starvation(struct opus_sched *s, double ms);
+
+/*
+ * Step time target: while a step has decode tokens, its prefill tokens are
+ * limited to what the target allows at the measured cost per token (at
+ * least one KV block's worth), so a long prompt does not stretch the
+ * running requests' inter-token latency.  0 (the default) = only
+ * max_batch_tokens limits prefill.
+ */
+void		opus_sched_set_step_target(struct opus_sched *s, double ms);
 
 /* Requests queued or running. */
 int			opus_sched_n_active(const struct opus_sched *s);

@@ -986,6 +986,11 @@ serve_start(struct serve *s, const struct opus_proto_hello *hello,
 	fprintf(stderr, "opus_engine serve: running on %s\n",
 			opus_ctx_describe(s->ctx, desc, sizeof(desc)));
 	st = opus_sched_create(s->ctx, on_event, s, &s->sched, err);
+	if (st == OPUS_OK)
+	{
+		opus_sched_set_step_target(s->sched, (double) hello->step_target_ms);
+		opus_sched_set_starvation(s->sched, (double) hello->starve_ms);
+	}
 	if (st != OPUS_OK)
 		return st;
 

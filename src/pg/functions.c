@@ -514,7 +514,7 @@ opus_engine_status(PG_FUNCTION_ARGS)
 
 	InitMaterializedSRF(fcinfo, 0);
 	memset(nulls, 0, sizeof(nulls));
-	values[0] = CStringGetTextDatum(engine_state_name(snap.state));
+	values[0] = CStringGetTextDatum(snap.state == OPUS_ENGINE_READY && snap.unresponsive ? "unresponsive" : engine_state_name(snap.state));
 	values[1] = Int32GetDatum(snap.supervisor_pid);
 	nulls[1] = snap.supervisor_pid == 0;
 	values[2] = Int32GetDatum(snap.engine_pid);

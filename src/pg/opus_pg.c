@@ -59,6 +59,9 @@ char	   *opus_engine_path = NULL;
 int			opus_kv_block_size = 16;
 int			opus_kv_cache_type = OPUS_PROTO_KV_F16;
 int			opus_max_batch_tokens = 512;
+int			opus_step_latency_target_ms = 250;
+int			opus_admission_starvation_ms = 10000;
+int			opus_engine_liveness_timeout_ms = 10000;
 char	   *opus_priority = NULL;
 int			opus_priority_value = 0;
 
@@ -237,6 +240,14 @@ opus_define_settings(void)
 							 PGC_SIGHUP,
 							 0,
 							 NULL, NULL, NULL);
+	DefineCustomIntVariable("opus.engine_liveness_timeout",
+							"How long the engine may neither answer a ping nor use CPU before it is declared hung and restarted.",
+							"A long step that keeps computing is not a hang. 0 = never.",
+							&opus_engine_liveness_timeout_ms,
+							10000, 0, 3600000,
+							PGC_SIGHUP,
+							GUC_UNIT_MS,
+							NULL, NULL, NULL);
 	DefineCustomIntVariable("opus.default_max_tokens",
 							"Tokens generated when max_tokens is not given.",
 							NULL,
@@ -312,6 +323,22 @@ opus_define_settings(void)
 								512, 16, 65536,
 								PGC_POSTMASTER,
 								0,
+								NULL, NULL, NULL);
+		DefineCustomIntVariable("opus.step_latency_target",
+								"Step time the engine aims for while requests are generating: prompt chunks are cut to fit it.",
+								"At the measured cost per token; at least one KV block of prompt per step. 0 = only opus.max_batch_tokens bounds prompt chunks.",
+								&opus_step_latency_target_ms,
+								250, 0, 600000,
+								PGC_POSTMASTER,
+								GUC_UNIT_MS,
+								NULL, NULL, NULL);
+		DefineCustomIntVariable("opus.admission_starvation_limit",
+								"How long a queued request that does not fit the free KV cache may be overtaken by smaller ones.",
+								"After this wait in the queue, nothing behind it is admitted until it fits. 0 = always overtake.",
+								&opus_admission_starvation_ms,
+								10000, 0, 3600000,
+								PGC_POSTMASTER,
+								GUC_UNIT_MS,
 								NULL, NULL, NULL);
 		DefineCustomIntVariable("opus.request_buffer_size",
 								"Shared-memory buffer per request slot, holding the prompt and then the result.",

@@ -405,7 +405,7 @@ opus_stat_engine_v1(PG_FUNCTION_ARGS)
 #define PUT_OR_NULL(cond, datum) \
 	do { if (cond) values[k++] = (datum); else nulls[k++] = true; } while (0)
 	PUT_OR_NULL(e.engine_pid > 0, Int32GetDatum(e.engine_pid));
-	values[k++] = CStringGetTextDatum(engine_state_name(e.state));
+	values[k++] = CStringGetTextDatum(e.state == OPUS_ENGINE_READY && e.unresponsive ? "unresponsive" : engine_state_name(e.state));
 	PUT_OR_NULL(s->model[0] != '\0', CStringGetTextDatum(s->model));
 	PUT_OR_NULL(s->device[0] != '\0', CStringGetTextDatum(s->device));
 	PUT_OR_NULL(s->threads > 0, Int32GetDatum(s->threads));

@@ -134,6 +134,11 @@ typedef struct EngineProc
 	/* wait set */
 	int			wes_pos;
 	bool		wes_write;
+	/* liveness (check_engine_alive) */
+	TimestampTz heard_at;		/* last bytes received */
+	TimestampTz ping_at;		/* outstanding PING sent then; 0 = none */
+	TimestampTz progress_at;	/* last sign of life: bytes, or CPU time used */
+	int64		cpu_ticks;		/* engine CPU time at progress_at, -1 = unknown */
 	/* received bytes not yet parsed */
 	char	   *in;
 	size_t		in_len;
@@ -1092,6 +1097,8 @@ start_engine(int m, EngineProc *p, const EngineConfig *cfg,
 	hello.kv_block_size = opus_kv_block_size;
 	hello.max_batch_tokens = cfg->max_batch_tokens;
 	hello.kv_cache_type = cfg->kv_cache_type;
+	hello.step_target_ms = opus_step_latency_target_ms;
+	hello.starve_ms = opus_admission_starvation_ms;
 	/*
 	 * The engine resolves "auto" (cuda:0 when it was built with CUDA and
 	 * sees a GPU, else cpu) and fails a CUDA device it cannot use.
@@ -1795,6 +1802,119 @@ handle_engine_frame(EngineProc *p, const struct opus_proto_header *h, const uint
 	}
 }
 
+/* Mark a serving engine unresponsive (or not) in the views. */
+static void
+set_unresponsive(EngineProc *p, bool on)
+{
+	OpusEngineStatus *e;
+
+	if (!PROC_IS_SERVING(p))
+		return;
+	e = OpusModel(p->model);
+	if (e->unresponsive == on)	/* only the supervisor writes it */
+		return;
+	SpinLockAcquire(&e->mutex);
+	e->unresponsive = on;
+	SpinLockRelease(&e->mutex);
+}
+
+/*
+ * CPU time (user + system, all threads, in clock ticks) the process has
+ * used, or -1 if unknown; a stopped process (SIGSTOP, state T or t)
+ * reports -2, so it never counts as progressing.
+ */
+static int64
+process_cpu_ticks(pid_t pid)
+{
+	char		path[64];
+	char		buf[1024];
+	FILE	   *f;
+	size_t		n;
+	char	   *c;
+	char		state;
+	unsigned long long utime,
+				stime;
+
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int) pid);
+	f = fopen(path, "r");
+	if (f == NULL)
+		return -1;
+	n = fread(buf, 1, sizeof(buf) - 1, f);
+	fclose(f);
+	buf[n] = '\0';
+	/* the command name may contain anything: fields follow its last ')' */
+	c = strrchr(buf, ')');
+	if (c == NULL)
+		return -1;
+	if (sscanf(c + 1, " %c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu",
+			   &state, &utime, &stime) != 3)
+		return -1;
+	if (state == 'T' || state == 't')
+		return -2;
+	return (int64) (utime + stime);
+}
+
+/*
+ * Liveness: with opus.engine_liveness_timeout set and engine p ready, send
+ * a PING after a quarter of the timeout without hearing from it; an engine
+ * that then neither answers nor uses CPU for half the timeout is shown as
+ * unresponsive, and for the whole timeout is killed (its requests fail
+ * with 58000) and restarted.  CPU time is the engine's step progress as
+ * the supervisor can see it without the engine's help: a long step that
+ * computes is not a hang, a stopped or deadlocked engine is.  Returns the
+ * milliseconds until the next check is due (-1 = none).
+ */
+static long
+check_engine_alive(EngineProc *p)
+{
+	int			timeout = opus_engine_liveness_timeout_ms;
+	TimestampTz now;
+	int64		cpu;
+
+	if (timeout <= 0 || p->pid <= 0 || p->sock == PGINVALID_SOCKET || !p->ready)
+	{
+		p->ping_at = 0;
+		if (p->pid > 0)
+			set_unresponsive(p, false);
+		return -1;
+	}
+	now = GetCurrentTimestamp();
+	if (p->heard_at == 0 || p->heard_at < p->ready_at)
+		p->heard_at = now;
+	if (p->ping_at == 0)
+	{
+		if (!TimestampDifferenceExceeds(p->heard_at, now, timeout / 4))
+			return Max(timeout / 4, 10);
+		send_frame(p, OPUS_MSG_PING, 0, NULL, 0);
+		p->ping_at = now;
+		p->progress_at = now;
+		p->cpu_ticks = process_cpu_ticks(p->pid);
+		return Max(timeout / 8, 10);
+	}
+	cpu = process_cpu_ticks(p->pid);
+	if (cpu >= 0 && cpu != p->cpu_ticks)
+	{
+		p->cpu_ticks = cpu;
+		p->progress_at = now;
+		set_unresponsive(p, false);
+	}
+	if (TimestampDifferenceExceeds(p->progress_at, now, timeout))
+	{
+		char		reason[OPUS_PROTO_MSG_LEN];
+
+		snprintf(reason, sizeof(reason),
+				 "The engine neither answered a ping nor used CPU for %d ms (opus.engine_liveness_timeout): %s; killed.",
+				 timeout, cpu == -2 ? "it is stopped" : "it is hung");
+		ereport(LOG, (errmsg("opus_pg: engine unresponsive"), errdetail("%s", reason)));
+		set_unresponsive(p, false);
+		engine_lost(p, true, reason);
+		return -1;
+	}
+	if (TimestampDifferenceExceeds(p->progress_at, now, timeout / 2))
+		set_unresponsive(p, true);
+	return Max(timeout / 8, 10);
+}
+
 /*
  * Read what engine p sent and handle every complete frame.  Returns false
  * if the engine is gone (EOF / error) or broke the protocol; it has then
@@ -1833,6 +1953,9 @@ read_engine(EngineProc *p)
 			return false;
 		}
 		p->in_len += (size_t) n;
+		p->heard_at = GetCurrentTimestamp();
+		p->ping_at = 0;
+		set_unresponsive(p, false);
 
 		for (;;)
 		{
@@ -2334,6 +2457,7 @@ OpusSupervisorMain(Datum arg)
 		WaitEvent	events[2 + 2 * OPUS_MAX_MODELS];
 		int			nevents;
 		long		timeout = -1;
+		long		alive_ms;
 		TimestampTz now;
 
 		CHECK_FOR_INTERRUPTS();
@@ -2347,11 +2471,15 @@ OpusSupervisorMain(Datum arg)
 		for (m = 0; m < OPUS_MAX_MODELS; m++)
 			maybe_start_engine(m);
 		process_slots();
+		alive_ms = -1;
 		for (m = 0; m < OPUS_MAX_MODELS; m++)
 			for (k = 0; k < 2; k++)
 			{
 				EngineProc *p = &models[m].procs[k];
+				long		a = check_engine_alive(p);
 
+				if (a >= 0 && (alive_ms < 0 || a < alive_ms))
+					alive_ms = a;
 				if (p->sock != PGINVALID_SOCKET && !flush_output(p))
 					engine_lost(p, false, "Writing to the engine failed.");
 			}
@@ -2398,6 +2526,8 @@ OpusSupervisorMain(Datum arg)
 				timeout = timeout < 0 ? 250 : Min(timeout, 250);
 		}
 
+		if (alive_ms >= 0 && (timeout < 0 || alive_ms < timeout))
+			timeout = alive_ms;
 		nevents = WaitEventSetWait(wes, timeout, events, lengthof(events), PG_WAIT_EXTENSION);
 		for (k = 0; k < nevents; k++)
 		{

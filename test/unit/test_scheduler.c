@@ -1234,6 +1234,152 @@ test_fair_share(void)
 	opus_ctx_free(c);
 }
 
+/* n tokens of a repetitive text (n <= 240) into toks. */
+static int
+filler(int32_t *toks, int n)
+{
+	static const char *text =
+		"one two three four five six seven eight nine ten eleven twelve thirteen fourteen "
+		"fifteen sixteen seventeen eighteen nineteen twenty one two three four five six seven "
+		"eight nine ten eleven twelve thirteen fourteen fifteen sixteen seventeen eighteen "
+		"nineteen twenty one two three four five six seven eight nine ten eleven twelve "
+		"thirteen fourteen fifteen sixteen seventeen eighteen nineteen twenty one two three "
+		"four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen";
+	int32_t		all[2048];
+	char		buf[4096];
+	int			m;
+
+	snprintf(buf, sizeof(buf), "%s %s %s %s", text, text, text, text);
+	m = encode(buf, all, 2048);
+
+	CHECK(m >= n, "filler has %d tokens, %d wanted", m, n);
+	if (m < n)
+		n = m;
+	memcpy(toks, all, sizeof(int32_t) * (size_t) n);
+	return n;
+}
+
+static bool
+is_running(struct opus_sched *s, uint64_t id)
+{
+	struct opus_sched_req_info in;
+
+	return opus_sched_get_request(s, id, &in) && in.running;
+}
+
+/*
+ * No head-of-line blocking: with a request running, a queued one that does
+ * not fit the free blocks is passed over by a small one behind it; with a
+ * starvation limit it has exceeded, it is not.
+ */
+static void
+test_no_hol(void)
+{
+	struct opus_ctx *c = make_ctx(16, 8, 128, 256);
+	int32_t		toks[256];
+	struct opus_gen_params pr = gen(60, 0.0f, 0, 0);
+	struct opus_gen_params pl = gen(4, 0.0f, 0, 0);
+	struct opus_gen_params ps = gen(2, 0.0f, 0, 0);
+	struct timespec ts = {0, 5 * 1000 * 1000};
+
+	if (!c)
+		return;
+	pr.ignore_eos = pl.ignore_eos = ps.ignore_eos = true;
+	for (int starve = 0; starve < 2; starve++)
+	{
+		struct collector *col = calloc(1, sizeof(*col));
+		struct opus_sched *s = NULL;
+		struct opus_error err = {0};
+		int			n;
+
+		CHECK(opus_sched_create(c, on_event, col, &s, &err) == OPUS_OK, "create");
+		opus_sched_set_starvation(s, starve ? 1.0 : 0.0);
+		n = filler(toks, 20);
+		CHECK(opus_sched_submit(s, 1, toks, n, &pr, &err) == OPUS_OK, "submit running: %s", err.msg);
+		CHECK(opus_sched_step(s, &err) == OPUS_OK, "step");
+		CHECK(is_running(s, 1), "first request running");
+		/* 100 prompt tokens: 7 blocks, 6 are free; different text, no prefix hits */
+		n = filler(toks, 110);
+		CHECK(opus_sched_submit(s, 2, toks + 10, 100, &pl, &err) == OPUS_OK, "submit large: %s", err.msg);
+		nanosleep(&ts, NULL);
+		n = encode("Hi", toks, 16);
+		CHECK(opus_sched_submit(s, 3, toks, n, &ps, &err) == OPUS_OK, "submit small: %s", err.msg);
+		CHECK(opus_sched_step(s, &err) == OPUS_OK, "step");
+		CHECK(!is_running(s, 2), "the large request does not fit yet");
+		if (starve)
+			CHECK(!is_running(s, 3), "past the starvation limit the small one waits for the large one");
+		else
+			CHECK(is_running(s, 3), "the small request is admitted past the large one");
+		run_all(s, 500);
+		check_clean(col, "no_hol");
+		CHECK(col->n_done == 3, "all three finished");
+		if (!starve)
+			CHECK(col->done_order[0] == 3, "the small request finished first (%llu)",
+				  (unsigned long long) col->done_order[0]);
+		opus_sched_free(s);
+		free(col);
+	}
+	CHECK(opus_ctx_free_blocks(c) == 8, "every block back");
+	opus_ctx_free(c);
+}
+
+/*
+ * A long prompt behind a generating request is prefilled in chunks bounded
+ * by the step time target (at least one block with a tiny target), and in
+ * one piece without it.
+ */
+static void
+test_step_target(void)
+{
+	int32_t		toks[256];
+	struct opus_gen_params pr = gen(40, 0.0f, 0, 0);
+	struct opus_gen_params pl = gen(2, 0.0f, 0, 0);
+
+	pr.ignore_eos = pl.ignore_eos = true;
+	for (int target = 0; target < 2; target++)
+	{
+		/* a fresh pool each time: no prefix-cache hits from the last round */
+		struct opus_ctx *c = make_ctx(16, 64, 256, 512);
+		struct collector *col;
+		struct opus_sched *s = NULL;
+		struct opus_error err = {0};
+		struct opus_sched_req_info in;
+		int			n;
+		int			max_chunk = 0;
+		int			done_before = 0;
+
+		if (!c)
+			return;
+		col = calloc(1, sizeof(*col));
+		CHECK(opus_sched_create(c, on_event, col, &s, &err) == OPUS_OK, "create");
+		opus_sched_set_step_target(s, target ? 0.001 : 0.0);
+		n = filler(toks, 48);
+		/* 48-token prefill: the cost per token is measured */
+		CHECK(opus_sched_submit(s, 1, toks, n, &pr, &err) == OPUS_OK, "submit running");
+		CHECK(opus_sched_step(s, &err) == OPUS_OK, "step");
+		n = filler(toks, 200);
+		CHECK(opus_sched_submit(s, 2, toks + 40, 160, &pl, &err) == OPUS_OK, "submit long");
+		while (opus_sched_get_request(s, 2, &in) && in.n_prompt_done < in.n_prompt)
+		{
+			CHECK(opus_sched_step(s, &err) == OPUS_OK, "step");
+			if (!opus_sched_get_request(s, 2, &in))
+				break;
+			if (in.n_prompt_done - done_before > max_chunk)
+				max_chunk = in.n_prompt_done - done_before;
+			done_before = in.n_prompt_done;
+		}
+		if (target)
+			CHECK(max_chunk <= 16, "prefill chunks within the target: %d", max_chunk);
+		else
+			CHECK(max_chunk >= 150, "one prefill chunk without a target: %d", max_chunk);
+		run_all(s, 500);
+		check_clean(col, "step_target");
+		opus_sched_free(s);
+		free(col);
+		opus_ctx_free(c);
+	}
+}
+
 int
 main(void)
 {
@@ -1267,6 +1413,8 @@ main(void)
 	test_aging();
 	test_cache_scope();
 	test_fair_share();
+	test_no_hol();
+	test_step_target();
 	opus_model_free(model);
 	return UNIT_DONE();
 }
