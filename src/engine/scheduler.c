@@ -1231,6 +1231,8 @@ admit(struct opus_sched *s)
 	int64_t		avail = opus_ctx_free_blocks(s->ctx) - blocks_promised(s);
 	double		t = now_ms();
 	int			i = 0;
+	bool		passed = false;	/* some request was passed over */
+	double		passed_vtc = 0.0;	/* the least-served tenant's among them */
 
 	while (i < s->n_queue)
 	{
@@ -1240,6 +1242,16 @@ admit(struct opus_sched *s)
 		int64_t		need = admit_need(s, h) - h->seq.n_blocks - m + n_idle;
 		bool		any;
 
+		/*
+		 * Overtaking never undoes fair share: a request may pass one that
+		 * does not fit only if its tenant is not more served than that
+		 * one's (by the fair-share margin).
+		 */
+		if (passed && tenant_vtc(s, h) > passed_vtc + OPUS_SCHED_FAIR_MARGIN)
+		{
+			i++;
+			continue;
+		}
 		if (need <= avail && s->n_run < s->max_batch)
 		{
 			avail -= need;
@@ -1254,6 +1266,9 @@ admit(struct opus_sched *s)
 		}
 		if (s->starve_ms > 0.0 && t - h->t_queued >= s->starve_ms)
 			break;
+		if (!passed || tenant_vtc(s, h) < passed_vtc)
+			passed_vtc = tenant_vtc(s, h);
+		passed = true;
 		i++;
 	}
 }
