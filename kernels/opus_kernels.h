@@ -1,6 +1,6 @@
 /*
  * opus_kernels.h - the CUDA kernels of the engine's GPU backend, as plain C
- * launchers (extern "C"), so the host side (src/engine/backend_cuda.c) is
+ * launchers (extern "C"), so the host side (src/engine/model/backend_cuda.c) is
  * ordinary C compiled by gcc.
  *
  * Every launcher enqueues its kernel(s) on `stream` and returns the launch

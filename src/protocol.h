@@ -37,7 +37,7 @@
  * result struct says so.
  *
  * Status codes in DONE and FATAL frames are the engine's enum opus_status
- * values (src/engine/status.h); they are repeated here as OPUS_PROTO_ERR_*
+ * values (src/engine/base/status.h); they are repeated here as OPUS_PROTO_ERR_*
  * so that the PostgreSQL side need not include engine headers.  The engine
  * checks at compile time that both lists agree.
  */
@@ -79,7 +79,7 @@
 #define OPUS_PROTO_KV_F16		0
 #define OPUS_PROTO_KV_Q8_0		1
 
-/* Engine status codes (must equal enum opus_status in src/engine/status.h). */
+/* Engine status codes (must equal enum opus_status in src/engine/base/status.h). */
 #define OPUS_PROTO_ERR_OK			0
 #define OPUS_PROTO_ERR_INTERNAL		1
 #define OPUS_PROTO_ERR_IO			2
@@ -132,7 +132,7 @@ enum opus_proto_role
 	OPUS_ROLE__COUNT
 };
 
-/* Finish reasons (must equal enum opus_finish in src/engine/scheduler.h). */
+/* Finish reasons (must equal enum opus_finish in src/engine/runtime/scheduler.h). */
 enum opus_proto_finish
 {
 	OPUS_PROTO_FINISH_NONE = 0,

@@ -4,11 +4,17 @@
 #   make engine   build/opus_engine (optimised)
 #   make unit     every test/unit/test_*.c, built with ASan+UBSan, run
 #
-# Any src/engine/*.c is part of the engine; files named *_avx2.c are compiled
-# with -mavx2 -mfma -mf16c and only called after a run-time CPU check.
+# The engine is src/engine/<layer>/*.c, one folder per layer (each folder's
+# README.md says what it holds and which folders it may include; docs/design.md
+# "Engine layout").  Headers are included by their path under src/engine
+# ("format/gguf.h").  Files named *_avx2.c are compiled with -mavx2 -mfma
+# -mf16c and only called after a run-time CPU check.
 
-# (backend_cuda*.c: the CUDA backend's host side, built only for CUDA, below)
-ENGINE_SRCS := $(sort $(filter-out src/engine/backend_cuda%.c,$(wildcard src/engine/*.c)))
+ENGINE_DIRS := base quant format text cpu model runtime cli
+# (model/backend_cuda.c: the CUDA backend's host side, built only for CUDA,
+# below; cli/opus_engine.c: main() of build/opus_engine)
+ENGINE_SRCS := $(sort $(filter-out src/engine/model/backend_cuda%.c src/engine/cli/opus_engine.c, \
+	$(foreach d,$(ENGINE_DIRS),$(wildcard src/engine/$(d)/*.c))))
 ENGINE_CC ?= gcc
 ENGINE_WARN := -Wall -Wextra -Wshadow -Wno-unused-parameter -Werror
 ENGINE_CFLAGS_BASE := -std=gnu11 -D_GNU_SOURCE -iquote src/engine -iquote src $(ENGINE_WARN) -fPIC -pthread
@@ -28,7 +34,7 @@ ENGINE_SAN_OBJS := $(patsubst src/engine/%.c,build/engine-san/%.o,$(ENGINE_SRCS)
 	$(patsubst src/%.c,build/shared-san/%.o,$(SHARED_SRCS))
 UNIT_SRCS := $(sort $(wildcard test/unit/test_*.c))
 UNIT_BINS := $(patsubst test/unit/%.c,build/unit/%,$(UNIT_SRCS))
-ENGINE_HDRS := $(wildcard src/engine/*.h src/protocol.h src/params.h)
+ENGINE_HDRS := $(wildcard $(foreach d,$(ENGINE_DIRS),src/engine/$(d)/*.h) src/protocol.h src/params.h)
 
 flags_for = $(if $(findstring _avx2,$(1)),$(AVX2_FLAGS))
 
@@ -49,7 +55,7 @@ build/shared-san/%.o: src/%.c $(ENGINE_HDRS)
 	$(ENGINE_CC) $(ENGINE_CFLAGS_BASE) $(ENGINE_SAN) -c $< -o $@
 
 # ---------------------------------------------------------------------------
-# CUDA backend (kernels/*.cu, src/engine/backend_cuda.c; README "CUDA backend").
+# CUDA backend (kernels/*.cu, src/engine/model/backend_cuda.c; README "CUDA backend").
 # Built into build/opus_engine when nvcc is found (CUDA=1 insists, CUDA=0
 # forces a CPU-only engine).  Only opus_engine and the GPU check
 # build/gpu/test_gpu link CUDA: the unit and golden tests use the CPU-only
@@ -81,7 +87,7 @@ ifeq ($(CUDA),1)
 ifeq ($(NVCC),)
 $(error CUDA=1 but no nvcc in $(CUDA_HOME)/bin or on PATH)
 endif
-ENGINE_BIN_OBJS := $(filter-out build/engine/backend.o,$(ENGINE_OBJS)) \
+ENGINE_BIN_OBJS := $(filter-out build/engine/model/backend.o,$(ENGINE_OBJS)) \
 	build/cuda/backend.o build/cuda/backend_cuda.o $(KERNEL_OBJS)
 ENGINE_BIN_LIBS := $(ENGINE_LIBS) $(CUDA_LIBS)
 else
@@ -93,11 +99,11 @@ build/cuda/%.o: kernels/%.cu $(KERNEL_HDRS)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCC_FLAGS) -c $< -o $@
 
-build/cuda/backend.o: src/engine/backend.c $(ENGINE_HDRS)
+build/cuda/backend.o: src/engine/model/backend.c $(ENGINE_HDRS)
 	@mkdir -p $(dir $@)
 	$(ENGINE_CC) $(ENGINE_CFLAGS_BASE) $(ENGINE_OPT) $(CUDA_CFLAGS) -c $< -o $@
 
-build/cuda/backend_cuda.o: src/engine/backend_cuda.c $(ENGINE_HDRS) $(KERNEL_HDRS)
+build/cuda/backend_cuda.o: src/engine/model/backend_cuda.c $(ENGINE_HDRS) $(KERNEL_HDRS)
 	@mkdir -p $(dir $@)
 	$(ENGINE_CC) $(ENGINE_CFLAGS_BASE) $(ENGINE_OPT) $(CUDA_CFLAGS) -c $< -o $@
 
@@ -132,11 +138,11 @@ build/gpu/fake/fake_cuda.o: test/gpu/fake/fake_cuda.c $(ENGINE_HDRS) $(KERNEL_HD
 	@mkdir -p $(dir $@)
 	$(ENGINE_CC) $(ENGINE_CFLAGS_BASE) $(ENGINE_SAN) $(CUDA_CFLAGS) -c $< -o $@
 
-build/gpu/fake/backend.o: src/engine/backend.c $(ENGINE_HDRS)
+build/gpu/fake/backend.o: src/engine/model/backend.c $(ENGINE_HDRS)
 	@mkdir -p $(dir $@)
 	$(ENGINE_CC) $(ENGINE_CFLAGS_BASE) $(ENGINE_SAN) $(CUDA_CFLAGS) -c $< -o $@
 
-build/gpu/fake/backend_cuda.o: src/engine/backend_cuda.c $(ENGINE_HDRS) $(KERNEL_HDRS)
+build/gpu/fake/backend_cuda.o: src/engine/model/backend_cuda.c $(ENGINE_HDRS) $(KERNEL_HDRS)
 	@mkdir -p $(dir $@)
 	$(ENGINE_CC) $(ENGINE_CFLAGS_BASE) $(ENGINE_SAN) $(CUDA_CFLAGS) -c $< -o $@
 
@@ -144,11 +150,11 @@ $(GPU_FAKE_BLAS): test/gpu/fake/fake_cublas.c $(KERNEL_HDRS)
 	@mkdir -p $(dir $@)
 	$(ENGINE_CC) -std=gnu11 -O2 -g -shared -fPIC $(ENGINE_WARN) $(CUDA_CFLAGS) $< -o $@
 
-build/gpu/test_gpu_fake: test/gpu/test_gpu.c $(filter-out build/engine-san/backend.o,$(ENGINE_SAN_OBJS)) \
+build/gpu/test_gpu_fake: test/gpu/test_gpu.c $(filter-out build/engine-san/model/backend.o,$(ENGINE_SAN_OBJS)) \
 		$(GPU_FAKE_OBJS) $(GPU_FAKE_BLAS) test/unit/unit.h
 	@mkdir -p $(dir $@)
 	$(ENGINE_CC) $(ENGINE_CFLAGS_BASE) $(ENGINE_SAN) $(CUDA_CFLAGS) -iquote test/unit $< \
-		$(filter-out build/engine-san/backend.o,$(ENGINE_SAN_OBJS)) $(GPU_FAKE_OBJS) \
+		$(filter-out build/engine-san/model/backend.o,$(ENGINE_SAN_OBJS)) $(GPU_FAKE_OBJS) \
 		$(abspath $(GPU_FAKE_BLAS)) -Wl,-rpath,$(abspath $(dir $(GPU_FAKE_BLAS))) -o $@ $(ENGINE_LIBS) -ldl
 
 .PHONY: gpu-fake
@@ -168,7 +174,7 @@ gpu-fake: build/gpu/test_gpu_fake $(GPU_FAKE_BLAS) build/opus_engine
 CUDA_SETTING := build/cuda-setting
 $(shell mkdir -p build; [ "$$(cat $(CUDA_SETTING) 2>/dev/null)" = "$(CUDA)" ] || echo "$(CUDA)" > $(CUDA_SETTING))
 
-build/opus_engine: src/opus_engine.c $(ENGINE_BIN_OBJS) $(CUDA_SETTING)
+build/opus_engine: src/engine/cli/opus_engine.c $(ENGINE_BIN_OBJS) $(CUDA_SETTING)
 	$(ENGINE_CC) $(ENGINE_CFLAGS_BASE) $(ENGINE_OPT) $< $(ENGINE_BIN_OBJS) -o $@ $(ENGINE_BIN_LIBS)
 
 build/unit/%: test/unit/%.c $(ENGINE_SAN_OBJS) test/unit/unit.h test/unit/unit_forward.h
@@ -219,19 +225,19 @@ FUZZ_CFLAGS := -g -O1 -std=gnu11 -D_GNU_SOURCE -iquote src/engine -iquote src \
 	-fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
 # clang 14 rejects qtype.c's __builtin_cpu_supports("f16c"): the type table
 # and kernels are linked from the gcc build, uninstrumented.
-FUZZ_GCC_OBJS := build/engine/qtype.o build/engine/quant_ref.o build/engine/quant_avx2.o
-FUZZ_SRCS_gguf := src/engine/gguf.c src/engine/status.c
-FUZZ_SRCS_tokenizer := src/engine/tokenizer.c src/engine/tok_encode.c src/engine/unicode.c \
-	src/engine/gguf.c src/engine/gguf_write.c src/engine/status.c
+FUZZ_GCC_OBJS := build/engine/quant/qtype.o build/engine/quant/quant_ref.o build/engine/quant/quant_avx2.o
+FUZZ_SRCS_gguf := src/engine/format/gguf.c src/engine/base/status.c
+FUZZ_SRCS_tokenizer := src/engine/text/tokenizer.c src/engine/text/tok_encode.c src/engine/text/unicode.c \
+	src/engine/format/gguf.c src/engine/format/gguf_write.c src/engine/base/status.c
 FUZZ_SRCS_protocol := $(SHARED_SRCS)
-FUZZ_SRCS_chat := src/engine/chat.c src/engine/status.c
-FUZZ_SRCS_jinja := $(wildcard src/engine/jinja_*.c) src/engine/status.c
+FUZZ_SRCS_chat := src/engine/text/chat.c src/engine/base/status.c
+FUZZ_SRCS_jinja := $(wildcard src/engine/text/jinja_*.c) src/engine/base/status.c
 # the whole engine but the type table and kernels, AVX2 paths included
 # (matmul_avx2.c's VNNI kernels need gcc's per-function target attributes)
-FUZZ_SRCS_model := $(filter-out src/engine/qtype.c src/engine/quant_ref.c src/engine/quant_avx2.c \
-	src/engine/matmul_avx2.c src/engine/cli_run.c src/engine/serve.c,$(ENGINE_SRCS)) $(SHARED_SRCS)
+FUZZ_SRCS_model := $(filter-out src/engine/quant/qtype.c src/engine/quant/quant_ref.c src/engine/quant/quant_avx2.c \
+	src/engine/cpu/matmul_avx2.c src/engine/cli/cli_run.c src/engine/runtime/serve.c,$(ENGINE_SRCS)) $(SHARED_SRCS)
 FUZZ_FLAGS_model := $(AVX2_FLAGS)
-FUZZ_LIBS_model := build/engine/matmul_avx2.o -lutf8proc
+FUZZ_LIBS_model := build/engine/cpu/matmul_avx2.o -lutf8proc
 FUZZ_LIBS_tokenizer := -lutf8proc
 FUZZ_MAXLEN_gguf := 16384
 FUZZ_MAXLEN_tokenizer := 2048
@@ -241,7 +247,7 @@ FUZZ_MAXLEN_jinja := 16384
 FUZZ_MAXLEN_model := 262144
 FUZZ_MODEL_ENV = $(if $(wildcard $(DEFAULT_MODEL)),OPUS_MODEL=$(abspath $(DEFAULT_MODEL)))
 
-build/fuzz/fuzz_%: test/fuzz/fuzz_%.c $(ENGINE_HDRS) $(FUZZ_GCC_OBJS) build/engine/matmul_avx2.o
+build/fuzz/fuzz_%: test/fuzz/fuzz_%.c $(ENGINE_HDRS) $(FUZZ_GCC_OBJS) build/engine/cpu/matmul_avx2.o
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(FUZZ_CFLAGS) $(FUZZ_FLAGS_$*) $< $(FUZZ_SRCS_$*) $(FUZZ_GCC_OBJS) $(FUZZ_LIBS_$*) -lm -lpthread -o $@
 

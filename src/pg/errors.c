@@ -1,6 +1,6 @@
 /*
  * errors.c - the one mapping from engine status codes (OPUS_PROTO_ERR_*,
- * the numbers of src/engine/status.h as they travel over the wire) and the
+ * the numbers of src/engine/base/status.h as they travel over the wire) and the
  * supervisor's own failure codes (OPUS_PG_ERR_*) to SQLSTATEs.
  *
  *   invalid argument, bad token id, bad chat messages   22023

@@ -10,7 +10,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "jinja.h"
+#include "text/jinja.h"
 
 static char *
 slurp(const char *path, size_t *n)

@@ -9,7 +9,7 @@ REPS=${1:-5}
 OUT=build/bench
 mkdir -p $OUT
 gcc -std=gnu11 -D_GNU_SOURCE -iquote src/engine -O2 test/bench/bench_jinja.c \
-	src/engine/jinja_*.c src/engine/status.c -o $OUT/bench_jinja -lm
+	src/engine/text/jinja_*.c src/engine/base/status.c -o $OUT/bench_jinja -lm
 median() { sort -n | sed -n 2p; }
 ours=$(for i in 1 2 3; do $OUT/bench_jinja "$REPS" test/golden/jinja/templates/*.jinja | awk '{print $3}'; done | median)
 theirs=$(for i in 1 2 3; do python3 - "$REPS" <<'PY'

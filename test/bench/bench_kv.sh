@@ -31,12 +31,12 @@ done
 
 model=models/SmolLM2-135M-Instruct.Q4_1.gguf
 # the CPU-only objects (with CUDA, `make engine` builds backend.o elsewhere)
-make -s engine build/engine/backend.o
+make -s engine build/engine/model/backend.o
 mkdir -p build/bench
 
 if [ "$accuracy" = 1 ]; then
 	gcc -std=gnu11 -D_GNU_SOURCE -iquote src/engine -O2 -g -fno-math-errno \
-		test/bench/kv_accuracy.c build/engine/*.o build/shared/*.o -o build/bench/kv_accuracy -lm -lpthread -lutf8proc
+		test/bench/kv_accuracy.c build/engine/*/*.o build/shared/*.o -o build/bench/kv_accuracy -lm -lpthread -lutf8proc
 	echo "== accuracy: q8_0 kv against f16 kv, $threads threads"
 	build/bench/kv_accuracy "$model" test/golden/logits "$threads"
 	echo

@@ -11,7 +11,7 @@ Measures, through llama-cpp-python's low-level API (llama_decode), what
            argmax of the previous logits (greedy, as opus_engine bench does).
 
 The prompt is the same xorshift64 sequence as opus_engine bench's (see
-opus_cli_bench in src/engine/cli_run.c).  Prints, like opus_engine bench:
+opus_cli_bench in src/engine/cli/cli_run.c).  Prints, like opus_engine bench:
 
   prefill tokens=N tok_s=X
   decode tokens=G tok_s=Y

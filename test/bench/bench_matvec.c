@@ -25,7 +25,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "qtype.h"
+#include "quant/qtype.h"
 
 #define N_IN 4096
 #define PROBE_BYTES (512u << 20)

@@ -9,7 +9,7 @@ LIB=$(python3 -c 'import llama_cpp, os; print(os.path.join(os.path.dirname(llama
 OUT=build/bench
 mkdir -p $OUT
 CFLAGS="-std=gnu11 -D_GNU_SOURCE -iquote src/engine -O2 -g -fno-math-errno -pthread"
-gcc $CFLAGS -mavx2 -mfma -mf16c -c src/engine/quant_avx2.c -o $OUT/quant_avx2.o
-gcc $CFLAGS -mavx2 test/bench/bench_matvec.c src/engine/qtype.c src/engine/quant_ref.c \
-	src/engine/status.c $OUT/quant_avx2.o -o $OUT/bench_matvec -lm -ldl
+gcc $CFLAGS -mavx2 -mfma -mf16c -c src/engine/quant/quant_avx2.c -o $OUT/quant_avx2.o
+gcc $CFLAGS -mavx2 test/bench/bench_matvec.c src/engine/quant/qtype.c src/engine/quant/quant_ref.c \
+	src/engine/base/status.c $OUT/quant_avx2.o -o $OUT/bench_matvec -lm -ldl
 [ -n "${BUILD_ONLY:-}" ] || $OUT/bench_matvec "$LIB" "${1:-5}"

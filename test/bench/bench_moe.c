@@ -18,8 +18,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "gguf.h"
-#include "model.h"
+#include "format/gguf.h"
+#include "model/model.h"
 
 static double
 now(void)

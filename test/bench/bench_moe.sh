@@ -37,10 +37,10 @@ while getopts t:g:r:p:T:h opt; do
 done
 
 # the CPU-only objects (with CUDA, `make engine` builds backend.o elsewhere)
-make -s engine build/engine/backend.o
+make -s engine build/engine/model/backend.o
 mkdir -p build/bench
 gcc -std=gnu11 -D_GNU_SOURCE -iquote src/engine -O2 -g -fno-math-errno \
-	test/bench/bench_moe.c build/engine/*.o build/shared/*.o -o build/bench/bench_moe -lm -lpthread -lutf8proc
+	test/bench/bench_moe.c build/engine/*/*.o build/shared/*.o -o build/bench/bench_moe -lm -lpthread -lutf8proc
 
 for name in bench-moe bench-dense; do
 	[ -f "models/moe/$name-$type.gguf" ] ||

@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <time.h>
 
-#include "qtype.h"
+#include "quant/qtype.h"
 
 /* ggml's CPU type traits (ggml-cpu.h) */
 typedef void (*ggml_vec_dot_fn) (int n, float *s, size_t bs, const void *x,

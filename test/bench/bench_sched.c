@@ -12,8 +12,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "model.h"
-#include "scheduler.h"
+#include "model/model.h"
+#include "runtime/scheduler.h"
 
 static int	n_done;
 

@@ -29,7 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "model.h"
+#include "model/model.h"
 
 #define MAX_PROMPTS 256
 #define MAX_IDS 4096

@@ -25,7 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "chat.h"
+#include "text/chat.h"
 
 #define MAX_MSGS 64
 

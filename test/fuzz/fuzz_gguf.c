@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gguf.h"
+#include "format/gguf.h"
 
 static volatile uint64_t sink;
 

@@ -22,7 +22,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "model.h"
+#include "model/model.h"
 
 int			LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -12,13 +12,13 @@
  * Build and run from the repository root (the type table and kernels come
  * from the gcc build, as for fuzz_gguf; see test/fuzz/README):
  *
- *   make build/engine/qtype.o build/engine/quant_ref.o build/engine/quant_avx2.o
+ *   make build/engine/quant/qtype.o build/engine/quant/quant_ref.o build/engine/quant/quant_avx2.o
  *   clang -g -O1 -std=gnu11 -D_GNU_SOURCE -iquote src/engine \
  *       -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
- *       test/fuzz/fuzz_tokenizer.c src/engine/tokenizer.c src/engine/tok_encode.c \
- *       src/engine/unicode.c src/engine/gguf.c src/engine/gguf_write.c \
- *       src/engine/status.c build/engine/qtype.o build/engine/quant_ref.o \
- *       build/engine/quant_avx2.o -lutf8proc -lm -lpthread -o build/fuzz/fuzz_tokenizer
+ *       test/fuzz/fuzz_tokenizer.c src/engine/text/tokenizer.c src/engine/text/tok_encode.c \
+ *       src/engine/text/unicode.c src/engine/format/gguf.c src/engine/format/gguf_write.c \
+ *       src/engine/base/status.c build/engine/quant/qtype.o build/engine/quant/quant_ref.o \
+ *       build/engine/quant/quant_avx2.o -lutf8proc -lm -lpthread -o build/fuzz/fuzz_tokenizer
  *   mkdir -p build/fuzz/corpus_tok
  *   OPUS_MODEL=models/SmolLM2-135M-Instruct.Q4_1.gguf \
  *       build/fuzz/fuzz_tokenizer -max_len=2048 -max_total_time=60 build/fuzz/corpus_tok
@@ -29,8 +29,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "gguf.h"
-#include "tokenizer.h"
+#include "format/gguf.h"
+#include "text/tokenizer.h"
 
 #define MAX_TOK 8
 

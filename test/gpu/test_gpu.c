@@ -31,10 +31,10 @@
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
-#include "backend.h"
-#include "model_int.h"
+#include "model/backend.h"
+#include "model/model_int.h"
 #include "opus_kernels.h"
-#include "qtype.h"
+#include "quant/qtype.h"
 #include "unit.h"
 
 #define SKIP 77

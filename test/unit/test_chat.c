@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "chat.h"
+#include "text/chat.h"
 #include "unit.h"
 
 #define GOLDEN "test/golden/chat/chat.golden"

@@ -17,7 +17,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "qtype.h"
+#include "quant/qtype.h"
 #include "unit.h"
 
 #include "../../kernels/opus_dequant.h"

@@ -23,9 +23,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "gguf.h"
-#include "model.h"
-#include "tokenizer.h"
+#include "format/gguf.h"
+#include "model/model.h"
+#include "text/tokenizer.h"
 #include "unit.h"
 #include "unit_forward.h"
 

@@ -35,12 +35,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "chat.h"
-#include "cli.h"
-#include "gguf.h"
-#include "model.h"
-#include "qtype.h"
-#include "tokenizer.h"
+#include "text/chat.h"
+#include "cli/cli.h"
+#include "format/gguf.h"
+#include "model/model.h"
+#include "quant/qtype.h"
+#include "text/tokenizer.h"
 #include "unit.h"
 
 static char dir[64];

@@ -21,7 +21,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "gguf.h"
+#include "format/gguf.h"
 #include "unit.h"
 
 /* ---- byte builder ---- */

@@ -37,8 +37,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "model.h"
-#include "qtype.h"
+#include "model/model.h"
+#include "quant/qtype.h"
 #include "unit.h"
 
 #define MARGIN 0.5f

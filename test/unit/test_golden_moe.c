@@ -49,7 +49,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "model.h"
+#include "model/model.h"
 #include "sha256.h"
 #include "unit.h"
 

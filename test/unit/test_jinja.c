@@ -1,5 +1,5 @@
 /*
- * test_jinja.c - the Jinja interpreter (src/engine/jinja*.c).
+ * test_jinja.c - the Jinja interpreter (src/engine/text/jinja*.c).
  *
  * 1. Goldens: every real chat template in test/golden/jinja/templates/ with
  *    every context of contexts.jsonl, byte for byte against jinja2's render
@@ -14,8 +14,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "chat.h"
-#include "jinja.h"
+#include "text/chat.h"
+#include "text/jinja.h"
 #include "unit.h"
 
 #define DIR "test/golden/jinja/"

@@ -8,7 +8,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "model_int.h"
+#include "model/model_int.h"
 #include "unit.h"
 
 static struct opus_hparams hp = {

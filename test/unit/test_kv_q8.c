@@ -30,11 +30,11 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "forward_int.h"
-#include "gguf.h"
-#include "model.h"
-#include "qtype.h"
-#include "tokenizer.h"
+#include "cpu/forward_int.h"
+#include "format/gguf.h"
+#include "model/model.h"
+#include "quant/qtype.h"
+#include "text/tokenizer.h"
 #include "unit.h"
 #include "unit_forward.h"
 

@@ -27,8 +27,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "forward_int.h"
-#include "qtype.h"
+#include "cpu/forward_int.h"
+#include "quant/qtype.h"
 #include "unit.h"
 
 static uint64_t rng = 0x243f6a8885a308d3ULL;

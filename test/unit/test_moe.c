@@ -14,9 +14,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "moe.h"
-#include "qtype.h"
-#include "threadpool.h"
+#include "model/moe.h"
+#include "quant/qtype.h"
+#include "base/threadpool.h"
 #include "unit.h"
 
 /* ---- deterministic random numbers ---- */

@@ -26,9 +26,9 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "forward_int.h"
-#include "qtype.h"
-#include "quant_blocks.h"
+#include "cpu/forward_int.h"
+#include "quant/qtype.h"
+#include "quant/quant_blocks.h"
 #include "unit.h"
 
 /* ---- deterministic random data ---- */

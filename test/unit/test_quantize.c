@@ -14,9 +14,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "cli.h"
-#include "gguf.h"
-#include "qtype.h"
+#include "cli/cli.h"
+#include "format/gguf.h"
+#include "quant/qtype.h"
 #include "unit.h"
 
 static char dir[64];

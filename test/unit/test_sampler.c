@@ -8,7 +8,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "sampler.h"
+#include "runtime/sampler.h"
 #include "unit.h"
 
 #define MAXV 64

@@ -13,8 +13,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "model_int.h"
-#include "scheduler.h"
+#include "model/model_int.h"
+#include "runtime/scheduler.h"
 #include "unit.h"
 
 #define MAX_REQ 16

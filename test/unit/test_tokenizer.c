@@ -20,9 +20,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "gguf.h"
-#include "tokenizer.h"
-#include "unicode.h"
+#include "format/gguf.h"
+#include "text/tokenizer.h"
+#include "text/unicode.h"
 #include "unit.h"
 
 #define GOLDEN_DIR "test/golden/tokenizer/"

@@ -14,8 +14,8 @@
  *
  *   L=$(python3 -c 'import llama_cpp,os;print(os.path.dirname(llama_cpp.__file__))')/lib
  *   gcc -O2 -std=gnu11 -D_GNU_SOURCE -iquote src/engine test/golden/logits/kernel_orders.c \
- *       build/engine/qtype.o build/engine/quant_ref.o build/engine/quant_avx2.o \
- *       build/engine/matmul_avx2.o -o build/kernel_orders -L$L -Wl,-rpath,$L \
+ *       build/engine/quant/qtype.o build/engine/quant/quant_ref.o build/engine/quant/quant_avx2.o \
+ *       build/engine/cpu/matmul_avx2.o -o build/kernel_orders -L$L -Wl,-rpath,$L \
  *       -l:libggml-cpu.so -l:libggml-base.so -l:libggml.so -lm
  *   build/kernel_orders
  *
@@ -30,9 +30,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "forward_int.h"
-#include "qtype.h"
-#include "quant_blocks.h"
+#include "cpu/forward_int.h"
+#include "quant/qtype.h"
+#include "quant/quant_blocks.h"
 
 struct ggml_init_params
 {

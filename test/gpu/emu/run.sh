@@ -38,9 +38,9 @@ sed -e 's/void\t   \*p = aligned_alloc(256, sz > 0 ? sz : 256);/void *p = malloc
 grep -q 'malloc(n > 0 ? n : 1)' $OUT/fake_cuda_emu.c || { echo "emu: fake_cuda.c's allocator changed; update run.sh" >&2; exit 1; }
 CFL="-std=gnu11 -D_GNU_SOURCE -iquote src/engine -iquote src $SAN -DOPUS_HAVE_CUDA -iquote kernels -isystem $CUDA_INC"
 gcc $CFL $D -c $OUT/fake_cuda_emu.c -o $OUT/fake_cuda_emu.o
-gcc $CFL -c src/engine/backend_cuda.c -o $OUT/backend_cuda.o
+gcc $CFL -c src/engine/model/backend_cuda.c -o $OUT/backend_cuda.o
 gcc $CFL -iquote test/unit -c test/gpu/test_gpu.c -o $OUT/test_gpu.o
-g++ $SAN $OUT/test_gpu.o $(ls build/engine-san/*.o build/shared-san/*.o | grep -v /backend.o) build/gpu/fake/backend.o \
+g++ $SAN $OUT/test_gpu.o $(ls build/engine-san/*/*.o build/shared-san/*.o | grep -v /backend.o) build/gpu/fake/backend.o \
 	$OUT/backend_cuda.o $OUT/fake_cuda_emu.o $(ls $OUT/*.o | grep -v -e test_gpu.o -e fake_cuda_emu.o -e backend_cuda.o) \
 	$PWD/build/gpu/fake/libfakecublas.so -Wl,-rpath,$PWD/build/gpu/fake -o $OUT/test_gpu_emu \
 	-lm -lpthread -lutf8proc -ldl

@@ -1,7 +1,7 @@
 /*
  * fake_cuda.c - a stand-in for the CUDA runtime and for the kernels'
  * launchers, in plain C on the CPU, so the CUDA backend's host side
- * (src/engine/backend_cuda.c: weight upload, buffer sizing, the batch
+ * (src/engine/model/backend_cuda.c: weight upload, buffer sizing, the batch
  * layout, block tables, RoPE tables, the prefill tiles, the MoE grouping)
  * can run and be checked on a machine without a GPU, under ASan.
  *
@@ -24,7 +24,7 @@
 
 #include "opus_dequant.h"
 #include "opus_kernels.h"
-#include "qtype.h"
+#include "quant/qtype.h"
 
 /* ---- the runtime ---- */
 

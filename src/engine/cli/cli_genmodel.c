@@ -1,0 +1,1738 @@
+/*
+ * cli_genmodel.c - `opus_engine genmodel`: write a GGUF model with random
+ * weights and the shapes of a real model, without a network or Python (the
+ * GPU check generates its models with this on the GPU machine).
+ *
+ *   opus_engine genmodel --shape NAME --type TYPE --out FILE [--seed S]
+ *                        [--layers N] [--shrink K] [overrides] [--threads N]
+ *                        [--no-rope-freqs] [--dry-run] [--list]
+ *
+ * Shapes (llama architecture; Mixtral is llama + experts, as llama.cpp
+ * writes it: ffn_gate_inp + stacked ffn_{gate,up,down}_exps):
+ *   tiny          n_embd 256, 2 layers, 4 heads / 2 KV, n_ff 512, vocab 320
+ *   tiny-moe      tiny with 4 experts, top-2 (n_ff 256 per expert)
+ *   smollm2-135m  576, 30 layers, 9 / 3, n_ff 1536, vocab 49152, tied
+ *                 embeddings, rope base 100000, ChatML (the default model)
+ *   llama3-8b     4096, 32 layers, 32 / 8, n_ff 14336, vocab 128256, rope
+ *                 base 500000 with Llama 3.1's rope_freqs.weight (factor 8),
+ *                 Llama 3 tokenizer layout and chat template
+ *   mixtral-moe   Mixtral 8x7B: 4096, 4 layers (32 in the real model), 32 / 8,
+ *                 8 experts top-2 of n_ff 14336, vocab 32000, rope base 1e6
+ *
+ * Weights: 2-D matrices in TYPE, with llama.cpp's quantizer fallbacks (see
+ * quantize.c): K-quants on rows not a multiple of 256 become Q5_0 / Q5_1 /
+ * Q8_0, the MoE router stays F32; norms are F32 near 1.  Values are
+ * zero-mean with standard deviation 1/sqrt(row length).  Quantized types
+ * are written as random valid blocks (uniform random quants; finite, normal
+ * fp16 scales from a per-tensor table of 32 levels between 0.8 and 1.2
+ * times the scale that gives that deviation; the types whose levels are
+ * not centred get an offset - Q4_1/Q5_1 m, K-quant dmin - that centres
+ * them, the others a random sign on the block scale; Q8_0 never holds -128)
+ * rather than by quantizing floats, so a multi-gigabyte model is limited by
+ * the disk, not the CPU (about 0.25 CPU seconds per GB).
+ *
+ * Every row's values come from its own generator seeded by (seed, tensor
+ * name, row), so the file is the same bytes for any thread count, and a
+ * model with fewer layers holds the same first layers.  Rows are generated
+ * in chunks of about 32 MiB by a thread pool while the previous chunk is
+ * written (the GGUF writer's streaming path): memory stays at a few chunks.
+ *
+ * Tokenizer: a gpt2-style byte-level BPE vocabulary of the shape's size,
+ * the same for every seed: the shape family's special tokens, the 256 byte
+ * tokens, then merged tokens built from letters (words and " word" pieces)
+ * with one merge each, so any text tokenizes (pre-tokenizer "smollm" with
+ * ChatML, "llama-bpe" with Llama 3's specials at 128000.. and its template,
+ * and for the Mixtral shapes <unk> <s> </s> [INST] [/INST] with a Mistral
+ * template; the real Mixtral has a SentencePiece vocabulary).  llama.cpp
+ * loads these files and computes the same logits (test_genmodel).
+ *
+ * --no-rope-freqs leaves llama3-8b's rope scaling tensor out (then it is
+ * Llama 3.0's RoPE).
+ *
+ * Exit status: 0 ok, 1 error, 2 usage.
+ */
+#include <errno.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/statvfs.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli/cli.h"
+#include "format/gguf.h"
+#include "model/moe.h"
+#include "quant/qtype.h"
+#include "quant/quant_blocks.h"
+#include "base/threadpool.h"
+
+#define CHUNK_BYTES ((size_t) 32 << 20)
+
+enum tok_flavor
+{
+	TOK_CHATML,					/* SmolLM2: <|endoftext|> <|im_start|> <|im_end|> first */
+	TOK_LLAMA3,					/* Llama 3: 256 specials at the end */
+	TOK_MISTRAL					/* <unk> <s> </s> [INST] [/INST] first */
+};
+
+struct shape
+{
+	const char *name;
+	const char *desc;
+	int64_t		n_embd;
+	int64_t		n_layer;
+	int64_t		n_head;
+	int64_t		n_head_kv;
+	int64_t		n_ff;
+	int64_t		n_vocab;
+	int64_t		n_ctx;
+	int64_t		n_expert;
+	int64_t		n_expert_used;
+	float		rope_base;
+	float		norm_eps;
+	bool		tied;			/* no output.weight */
+	bool		rope_freqs;		/* Llama 3.1 rope scaling tensor */
+	enum tok_flavor tok;
+};
+
+static const struct shape shapes[] = {
+	{"tiny", "test model", 256, 2, 4, 2, 512, 320, 2048, 0, 0,
+	10000.0f, 1e-5f, false, false, TOK_CHATML},
+	{"tiny-moe", "test MoE model", 256, 2, 4, 2, 256, 320, 2048, 4, 2,
+	10000.0f, 1e-5f, false, false, TOK_MISTRAL},
+	{"smollm2-135m", "SmolLM2 135M shapes", 576, 30, 9, 3, 1536, 49152, 8192, 0, 0,
+	100000.0f, 1e-5f, true, false, TOK_CHATML},
+	{"llama3-8b", "Llama 3.1 8B shapes", 4096, 32, 32, 8, 14336, 128256, 131072, 0, 0,
+	500000.0f, 1e-5f, false, true, TOK_LLAMA3},
+	{"mixtral-moe", "Mixtral 8x7B shapes", 4096, 4, 32, 8, 14336, 32000, 32768, 8, 2,
+	1000000.0f, 1e-5f, false, false, TOK_MISTRAL},
+};
+
+#define N_SHAPES (sizeof(shapes) / sizeof(shapes[0]))
+
+/* weight types and llama.cpp's file type numbers (as quantize.c) */
+static const struct
+{
+	enum opus_qtype type;
+	uint32_t	ftype;
+}			targets[] = {
+	{OPUS_TYPE_F32, 0},
+	{OPUS_TYPE_F16, 1},
+	{OPUS_TYPE_Q4_0, 2},
+	{OPUS_TYPE_Q4_1, 3},
+	{OPUS_TYPE_Q8_0, 7},
+	{OPUS_TYPE_Q5_0, 8},
+	{OPUS_TYPE_Q5_1, 9},
+	{OPUS_TYPE_Q4_K, 15},
+	{OPUS_TYPE_Q5_K, 17},
+	{OPUS_TYPE_Q6_K, 18},
+	{OPUS_TYPE_BF16, 32},
+};
+
+#define N_TARGETS (sizeof(targets) / sizeof(targets[0]))
+
+static void
+usage(FILE *f)
+{
+	fprintf(f,
+			"usage: opus_engine genmodel --shape NAME --type TYPE --out FILE [options]\n"
+			"\n"
+			"Write a GGUF model with random weights and real model shapes.\n"
+			"\n"
+			"  --shape NAME      tiny, tiny-moe, smollm2-135m, llama3-8b, mixtral-moe\n"
+			"  --type TYPE       weight type: f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1\n"
+			"                    q4_k q5_k q6_k (norms are f32; K-quants fall back to\n"
+			"                    q5_0/q5_1/q8_0 on rows not a multiple of 256)\n"
+			"  --out FILE        output path (written as FILE.tmp, then renamed)\n"
+			"  --seed S          weight seed (default 1); same seed, same bytes\n"
+			"  --layers N        number of layers (default: the shape's)\n"
+			"  --shrink K        divide n_embd, n_ff and the vocabulary by K (head\n"
+			"                    counts kept, so the head size shrinks): quick tests\n"
+			"  --embd N --ff N --vocab N --heads N --kv-heads N --experts N\n"
+			"  --experts-used N --ctx N   override one hyperparameter\n"
+			"  --threads N       generator threads (default: all CPUs)\n"
+			"  --no-rope-freqs   leave out llama3-8b's rope scaling tensor (rope_freqs.weight)\n"
+			"  --dry-run         print the bytes of tensor data to stdout and exit\n"
+			"  --list            list the shapes\n"
+			"\n"
+			"examples:\n"
+			"  opus_engine genmodel --shape llama3-8b --type q4_k --out /tmp/l3.gguf\n"
+			"  opus_engine genmodel --shape mixtral-moe --type q8_0 --out /tmp/mx.gguf\n"
+			"  opus_engine genmodel --shape smollm2-135m --type q4_1 --out /tmp/s.gguf\n");
+}
+
+/* ---- random numbers ---- */
+
+static inline uint64_t
+splitmix64(uint64_t *s)
+{
+	uint64_t	z = (*s += 0x9E3779B97F4A7C15ULL);
+
+	z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+	z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+	return z ^ (z >> 31);
+}
+
+static uint64_t
+hash_str(const char *s)
+{
+	uint64_t	h = 1469598103934665603ULL;
+
+	for (; *s; s++)
+	{
+		h ^= (uint8_t) *s;
+		h *= 1099511628211ULL;
+	}
+	return h;
+}
+
+/* uniform in [0, 1) */
+static inline float
+unif(uint64_t *s)
+{
+	return (float) (splitmix64(s) >> 40) * (1.0f / 16777216.0f);
+}
+
+/* approximately normal(0, 1): the sum of four 16-bit uniforms (|x| < 3.5) */
+static inline float
+gauss(uint64_t *s)
+{
+	uint64_t	r = splitmix64(s);
+	int32_t		sum = (int32_t) (r & 0xFFFF) + (int32_t) ((r >> 16) & 0xFFFF) +
+		(int32_t) ((r >> 32) & 0xFFFF) + (int32_t) (r >> 48);
+
+	return ((float) sum - 131070.0f) * (1.0f / 37837.23f);
+}
+
+static inline void
+rand_bytes(uint64_t *s, uint8_t *p, size_t n)
+{
+	while (n >= 8)
+	{
+		uint64_t	r = splitmix64(s);
+
+		memcpy(p, &r, 8);
+		p += 8;
+		n -= 8;
+	}
+	if (n > 0)
+	{
+		uint64_t	r = splitmix64(s);
+
+		memcpy(p, &r, n);
+	}
+}
+
+/* ---- row generators ---- */
+
+enum tkind
+{
+	KIND_MATRIX,				/* normal-ish, deviation sigma, in the tensor's type */
+	KIND_NORM,					/* f32 in [0.95, 1.05] */
+	KIND_ROPE_FREQS				/* Llama 3.1 rope scaling factors, f32 */
+};
+
+struct tensor_spec
+{
+	char		name[64];
+	int			n_dims;
+	int64_t		ne[3];
+	enum opus_qtype type;
+	enum tkind	kind;
+	float		sigma;
+	size_t		row_bytes;
+	int64_t		n_rows;
+	uint16_t	dtab[2][64];	/* block scales (fill_scale_table) */
+};
+
+/*
+ * Standard deviations of the uniform quant levels: 0..15 -> 4.61, 0..31 ->
+ * 9.23, 0..63 -> 18.47, -127..127 -> 73.6; K-quant sub-block scales uniform
+ * in 16..31 have root mean square 23.95.
+ */
+#define SD16 4.6098f
+#define SD32 9.2331f
+#define SD64 18.4752f
+#define SD255 73.6116f
+#define RMS_SC 23.9531f
+
+/* Q4_K / Q5_K scales: sub-block j gets scale sc[j] and min m[j] (6 bits). */
+static void
+pack_k_scales(const uint8_t *sc, const uint8_t *m, uint8_t *q)
+{
+	for (int j = 0; j < 4; j++)
+	{
+		q[j] = sc[j] & 63;
+		q[j + 4] = m[j] & 63;
+	}
+	for (int j = 4; j < 8; j++)
+	{
+		q[j + 4] = (uint8_t) ((sc[j] & 0x0F) | ((m[j] & 0x0F) << 4));
+		q[j - 4] |= (uint8_t) ((sc[j] >> 4) << 6);
+		q[j] |= (uint8_t) ((m[j] >> 4) << 6);
+	}
+}
+
+static void
+gen_row(const struct tensor_spec *t, int64_t row, uint64_t seed, uint8_t *dst,
+		float *scratch)
+{
+	uint64_t	s = seed ^ hash_str(t->name);
+	int64_t		n = t->ne[0];
+	float		sigma = t->sigma;
+
+	s ^= splitmix64(&s) + (uint64_t) row * 0xD1B54A32D192ED03ULL;
+	(void) splitmix64(&s);
+
+	if (t->kind == KIND_NORM)
+	{
+		float	   *y = (float *) dst;
+
+		for (int64_t i = 0; i < n; i++)
+			y[i] = 0.95f + 0.1f * unif(&s);
+		return;
+	}
+	if (t->kind == KIND_ROPE_FREQS)
+	{
+		/* Llama 3.1: factor 8, low/high frequency factors 1/4, 8192 positions */
+		float	   *y = (float *) dst;
+		const double factor = 8.0,
+					lo = 1.0,
+					hi = 4.0,
+					old_ctx = 8192.0;
+		double		head_dim = 2.0 * (double) n;
+
+		for (int64_t i = 0; i < n; i++)
+		{
+			double		freq = pow(t->sigma, -2.0 * (double) i / head_dim);
+			double		wavelen = 2.0 * M_PI / freq;
+			double		f;
+
+			if (wavelen < old_ctx / hi)
+				f = 1.0;
+			else if (wavelen > old_ctx / lo)
+				f = factor;
+			else
+			{
+				double		smooth = (old_ctx / wavelen - lo) / (hi - lo);
+
+				f = 1.0 / ((1.0 - smooth) / factor + smooth);
+			}
+			y[i] = (float) f;
+		}
+		return;
+	}
+
+	switch (t->type)
+	{
+		case OPUS_TYPE_F32:
+			{
+				float	   *y = (float *) dst;
+
+				for (int64_t i = 0; i < n; i++)
+					y[i] = sigma * gauss(&s);
+				break;
+			}
+		case OPUS_TYPE_F16:
+		case OPUS_TYPE_BF16:
+			/* the engine's row converter (F16C where the CPU has it: exact RNE either way) */
+			for (int64_t i = 0; i < n; i++)
+				scratch[i] = sigma * gauss(&s);
+			opus_qtype_info(t->type)->from_float(scratch, dst, n);
+			break;
+		case OPUS_TYPE_Q8_0:
+			{
+				opus_block_q8_0 *b = (opus_block_q8_0 *) dst;
+
+				for (int64_t k = 0; k < n / OPUS_QK32; k++)
+				{
+					rand_bytes(&s, (uint8_t *) b[k].qs, OPUS_QK32);
+					for (int j = 0; j < OPUS_QK32; j++)
+						b[k].qs[j] = b[k].qs[j] == -128 ? 0 : b[k].qs[j];
+					b[k].d = t->dtab[0][splitmix64(&s) & 63];
+				}
+				break;
+			}
+		case OPUS_TYPE_Q4_0:
+			{
+				opus_block_q4_0 *b = (opus_block_q4_0 *) dst;
+
+				for (int64_t k = 0; k < n / OPUS_QK32; k++)
+				{
+					uint64_t	r[2] = {splitmix64(&s), splitmix64(&s)};
+
+					memcpy(b[k].qs, r, 16);
+					b[k].d = t->dtab[0][splitmix64(&s) & 63];
+				}
+				break;
+			}
+		case OPUS_TYPE_Q4_1:
+			{
+				opus_block_q4_1 *b = (opus_block_q4_1 *) dst;
+
+				for (int64_t k = 0; k < n / OPUS_QK32; k++)
+				{
+					uint64_t	r[2] = {splitmix64(&s), splitmix64(&s)};
+					int			idx = (int) (splitmix64(&s) & 63);
+
+					memcpy(b[k].qs, r, 16);
+					b[k].d = t->dtab[0][idx];
+					b[k].m = t->dtab[1][idx];
+				}
+				break;
+			}
+		case OPUS_TYPE_Q5_0:
+			{
+				opus_block_q5_0 *b = (opus_block_q5_0 *) dst;
+
+				for (int64_t k = 0; k < n / OPUS_QK32; k++)
+				{
+					uint64_t	r[3] = {splitmix64(&s), splitmix64(&s), splitmix64(&s)};
+
+					memcpy(b[k].qs, r, 16);
+					memcpy(b[k].qh, &r[2], 4);
+					b[k].d = t->dtab[0][(r[2] >> 32) & 63];
+				}
+				break;
+			}
+		case OPUS_TYPE_Q5_1:
+			{
+				opus_block_q5_1 *b = (opus_block_q5_1 *) dst;
+
+				for (int64_t k = 0; k < n / OPUS_QK32; k++)
+				{
+					uint64_t	r[3] = {splitmix64(&s), splitmix64(&s), splitmix64(&s)};
+					int			idx = (int) ((r[2] >> 32) & 63);
+
+					memcpy(b[k].qs, r, 16);
+					memcpy(b[k].qh, &r[2], 4);
+					b[k].d = t->dtab[0][idx];
+					b[k].m = t->dtab[1][idx];
+				}
+				break;
+			}
+		case OPUS_TYPE_Q4_K:
+		case OPUS_TYPE_Q5_K:
+			{
+				bool		five = t->type == OPUS_TYPE_Q5_K;
+				size_t		bsz = five ? sizeof(opus_block_q5_K) : sizeof(opus_block_q4_K);
+
+				for (int64_t k = 0; k < n / OPUS_QK_K; k++)
+				{
+					uint8_t    *p = dst + (size_t) k * bsz;
+					uint16_t	dd[2];
+					uint8_t		sc[8];
+					uint8_t		scales[OPUS_K_SCALE_SIZE];
+					uint64_t	r = splitmix64(&s);
+					int			idx = (int) (r >> 58);
+
+					/*
+					 * value = d * sc * q - dmin * sc with dmin = mid-level * d:
+					 * zero mean; the 6-bit scale and min of each sub-block are equal
+					 */
+					for (int j = 0; j < 8; j++)
+						sc[j] = (uint8_t) (16 + ((r >> (4 * j)) & 15));
+					memset(scales, 0, sizeof(scales));
+					pack_k_scales(sc, sc, scales);
+					dd[0] = t->dtab[0][idx];
+					dd[1] = t->dtab[1][idx];
+					memcpy(p, dd, 4);
+					memcpy(p + 4, scales, sizeof(scales));
+					/* qh (Q5_K) then qs: the rest of the block */
+					rand_bytes(&s, p + 4 + OPUS_K_SCALE_SIZE, bsz - 4 - OPUS_K_SCALE_SIZE);
+				}
+				break;
+			}
+		case OPUS_TYPE_Q6_K:
+			{
+				opus_block_q6_K *b = (opus_block_q6_K *) dst;
+
+				for (int64_t k = 0; k < n / OPUS_QK_K; k++)
+				{
+					uint64_t	r = splitmix64(&s);
+					uint64_t	sg = splitmix64(&s);
+
+					rand_bytes(&s, b[k].ql, sizeof(b[k].ql));
+					rand_bytes(&s, b[k].qh, sizeof(b[k].qh));
+					/* int8 sub-block scales of random sign: zero mean */
+					for (int j = 0; j < OPUS_QK_K / 16; j++)
+					{
+						int			v = 16 + (int) ((r >> (4 * j)) & 15);
+
+						b[k].scales[j] = (int8_t) (((sg >> j) & 1) ? -v : v);
+					}
+					b[k].d = t->dtab[0][(sg >> 32) & 63];
+				}
+				break;
+			}
+		default:
+			memset(dst, 0, t->row_bytes);	/* not reached: types are checked */
+			break;
+	}
+}
+
+/*
+ * The block scales a matrix's rows draw from (fp16 bits): 32 levels between
+ * 0.8 and 1.2 times the nominal scale; for the symmetric types (Q8_0, Q4_0,
+ * Q5_0) indices 32..63 are the negated scales, so a block's mean is zero on
+ * average.  dtab[1]: the matching offset (Q4_1/Q5_1 m, K-quant dmin).
+ */
+static void
+fill_scale_table(struct tensor_spec *t)
+{
+	float		sd = 1.0f,
+				mid = 0.0f;
+	bool		sym = false;
+
+	switch (t->type)
+	{
+		case OPUS_TYPE_Q8_0:
+			sd = SD255;
+			sym = true;
+			break;
+		case OPUS_TYPE_Q4_0:
+			sd = SD16;
+			sym = true;
+			break;
+		case OPUS_TYPE_Q5_0:
+			sd = SD32;
+			sym = true;
+			break;
+		case OPUS_TYPE_Q4_1:
+			sd = SD16;
+			mid = -7.5f;
+			break;
+		case OPUS_TYPE_Q5_1:
+			sd = SD32;
+			mid = -15.5f;
+			break;
+		case OPUS_TYPE_Q4_K:
+			sd = SD16 * RMS_SC;
+			mid = 7.5f;
+			break;
+		case OPUS_TYPE_Q5_K:
+			sd = SD32 * RMS_SC;
+			mid = 15.5f;
+			break;
+		case OPUS_TYPE_Q6_K:
+			sd = SD64 * RMS_SC;
+			break;
+		default:
+			return;
+	}
+	for (int k = 0; k < 64; k++)
+	{
+		float		d = t->sigma / sd * (0.8f + 0.4f * (float) (k & 31) / 31.0f);
+
+		if (sym && k >= 32)
+			d = -d;
+		t->dtab[0][k] = opus_fp32_to_fp16(d);
+		t->dtab[1][k] = opus_fp32_to_fp16(mid * opus_fp16_to_fp32(t->dtab[0][k]));
+	}
+}
+
+/* ---- the tokenizer ---- */
+
+struct strvec
+{
+	char	  **s;
+	size_t		n;
+	size_t		cap;
+};
+
+static bool
+strvec_push(struct strvec *v, char *s)
+{
+	if (s == NULL)
+		return false;
+	if (v->n == v->cap)
+	{
+		size_t		ncap = v->cap ? v->cap * 2 : 1024;
+		char	  **p = realloc(v->s, ncap * sizeof(char *));
+
+		if (p == NULL)
+		{
+			free(s);
+			return false;
+		}
+		v->s = p;
+		v->cap = ncap;
+	}
+	v->s[v->n++] = s;
+	return true;
+}
+
+static void
+strvec_free(struct strvec *v)
+{
+	for (size_t i = 0; i < v->n; i++)
+		free(v->s[i]);
+	free(v->s);
+	memset(v, 0, sizeof(*v));
+}
+
+/* A set of strings (open addressing), to keep the vocabulary unique. */
+struct strset
+{
+	const char **slot;
+	size_t		mask;
+};
+
+static bool
+strset_init(struct strset *h, size_t n)
+{
+	size_t		cap = 1024;
+
+	while (cap < 2 * n)
+		cap *= 2;
+	h->slot = calloc(cap, sizeof(char *));
+	h->mask = cap - 1;
+	return h->slot != NULL;
+}
+
+/* Insert s (not copied); false if already present. */
+static bool
+strset_add(struct strset *h, const char *s)
+{
+	size_t		i = (size_t) hash_str(s) & h->mask;
+
+	while (h->slot[i] != NULL)
+	{
+		if (strcmp(h->slot[i], s) == 0)
+			return false;
+		i = (i + 1) & h->mask;
+	}
+	h->slot[i] = s;
+	return true;
+}
+
+static bool
+strset_has(const struct strset *h, const char *s)
+{
+	size_t		i = (size_t) hash_str(s) & h->mask;
+
+	while (h->slot[i] != NULL)
+	{
+		if (strcmp(h->slot[i], s) == 0)
+			return true;
+		i = (i + 1) & h->mask;
+	}
+	return false;
+}
+
+static char *
+str_cat3(const char *a, const char *b, const char *c)
+{
+	size_t		la = strlen(a),
+				lb = strlen(b),
+				lc = strlen(c);
+	char	   *s = malloc(la + lb + lc + 1);
+
+	if (s != NULL)
+	{
+		memcpy(s, a, la);
+		memcpy(s + la, b, lb);
+		memcpy(s + la + lb, c, lc + 1);
+	}
+	return s;
+}
+
+/* UTF-8 of the GPT-2 byte-level character of byte b; returns its length. */
+static int
+byte_char(int b, char *out)
+{
+	unsigned	cp;
+
+	if ((b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255))
+		cp = (unsigned) b;
+	else
+	{
+		int			k = 0;
+
+		/* the non-printable bytes, in order, become U+0100.. */
+		for (int x = 0; x < b; x++)
+			if (!((x >= 33 && x <= 126) || (x >= 161 && x <= 172) || (x >= 174 && x <= 255)))
+				k++;
+		cp = 256u + (unsigned) k;
+	}
+	if (cp < 0x80)
+	{
+		out[0] = (char) cp;
+		out[1] = '\0';
+		return 1;
+	}
+	out[0] = (char) (0xC0 | (cp >> 6));
+	out[1] = (char) (0x80 | (cp & 0x3F));
+	out[2] = '\0';
+	return 2;
+}
+
+/* The 256 byte tokens in vocabulary order (printable bytes first). */
+static int
+byte_order(int i)
+{
+	static int	order[256];
+	static bool done;
+
+	if (!done)
+	{
+		int			k = 0;
+
+		for (int b = 0; b < 256; b++)
+			if ((b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255))
+				order[k++] = b;
+		for (int b = 0; b < 256; b++)
+			if (!((b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255)))
+				order[k++] = b;
+		done = true;
+	}
+	return order[i];
+}
+
+struct vocab
+{
+	struct strvec tokens;
+	struct strvec merges;
+	int32_t    *types;			/* token_type per token */
+	int32_t		bos,
+				eos,
+				unk,
+				pad;
+	const char *pre;
+	const char *chat_template;
+	bool		add_bos;
+};
+
+static void
+vocab_free(struct vocab *v)
+{
+	strvec_free(&v->tokens);
+	strvec_free(&v->merges);
+	free(v->types);
+}
+
+static const char chatml_template[] =
+"{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + "
+"message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}"
+"{{ '<|im_start|>assistant\\n' }}{% endif %}";
+
+static const char llama3_template[] =
+"{{ bos_token }}{% for message in messages %}{{ '<|start_header_id|>' + message['role'] + "
+"'<|end_header_id|>\\n\\n' + message['content'] | trim + '<|eot_id|>' }}{% endfor %}"
+"{% if add_generation_prompt %}{{ '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}"
+"{% endif %}";
+
+static const char mistral_template[] =
+"{{ bos_token }}{% for message in messages %}{% if message['role'] == 'user' %}"
+"{{ '[INST] ' + message['content'] + ' [/INST]' }}{% else %}"
+"{{ message['content'] + eos_token }}{% endif %}{% endfor %}";
+
+/*
+ * Build the vocabulary: specials, 256 byte tokens, merged letter tokens.
+ * Deterministic (its own fixed seed).
+ */
+static enum opus_status
+build_vocab(enum tok_flavor flavor, int64_t n_vocab, struct vocab *v,
+			struct opus_error *err)
+{
+	static const char *const chatml_sp[] = {"<|endoftext|>", "<|im_start|>", "<|im_end|>", NULL};
+	static const char *const mistral_sp[] = {"<unk>", "<s>", "</s>", "[INST]", "[/INST]", NULL};
+	static const char *const llama3_sp[] = {
+		"<|begin_of_text|>", "<|end_of_text|>", "<|reserved_special_token_0|>",
+		"<|reserved_special_token_1|>", "<|finetune_right_pad_id|>",
+		"<|reserved_special_token_2|>", "<|start_header_id|>", "<|end_header_id|>",
+		"<|eom_id|>", "<|eot_id|>", "<|python_tag|>", NULL
+	};
+	/* letters by rough English frequency, weighted by repetition */
+	static const char letters[] =
+		"eeeeeeeeeeeetttttttttaaaaaaaaooooooooiiiiiiinnnnnnnssssssrrrrrrhhhhhhlllldddd"
+		"cccuuummmfffppggwwyybbvkxjqz";
+	const char *const *sp;
+	int64_t		n_sp_named,
+				n_special,
+				n_regular;
+	int64_t		sp_base;		/* id of the first special token */
+	struct strset set = {0};
+	struct strvec words = {0};	/* letter-only tokens (not owned) */
+	struct strvec spaced = {0}; /* " word" tokens (not owned) */
+	uint64_t	rng = 0x6F7075735F746F6BULL;
+	char		ch[4];
+	const char *letter_tok[128] = {NULL};
+	enum opus_status st = OPUS_OK;
+
+	memset(v, 0, sizeof(*v));
+	sp = flavor == TOK_LLAMA3 ? llama3_sp : flavor == TOK_MISTRAL ? mistral_sp : chatml_sp;
+	for (n_sp_named = 0; sp[n_sp_named]; n_sp_named++)
+		;
+	n_special = n_sp_named;
+	if (flavor == TOK_LLAMA3)
+		n_special = n_vocab >= 256 + 256 + 256 ? 256 : n_sp_named;
+	if (n_vocab < n_special + 256 + 1)
+		return opus_error_set(err, OPUS_ERR_INVALID_ARG,
+							  "vocabulary size %lld too small (at least %lld)",
+							  (long long) n_vocab, (long long) (n_special + 257));
+	n_regular = n_vocab - n_special;
+	sp_base = flavor == TOK_LLAMA3 ? n_regular : 0;
+
+	v->types = malloc((size_t) n_vocab * sizeof(int32_t));
+	if (v->types == NULL || !strset_init(&set, (size_t) n_vocab))
+	{
+		st = opus_error_set(err, OPUS_ERR_NOMEM, "out of memory building the vocabulary");
+		goto done;
+	}
+
+#define PUSH_TOKEN(str, type) \
+	do { \
+		char *s_ = (str); \
+		if (!strvec_push(&v->tokens, s_)) \
+		{ \
+			st = opus_error_set(err, OPUS_ERR_NOMEM, "out of memory building the vocabulary"); \
+			goto done; \
+		} \
+		v->types[v->tokens.n - 1] = (type); \
+		strset_add(&set, s_); \
+	} while (0)
+
+	if (sp_base == 0)
+		for (int64_t i = 0; i < n_special; i++)
+			PUSH_TOKEN(strdup(sp[i]), 3);
+	for (int i = 0; i < 256; i++)
+	{
+		byte_char(byte_order(i), ch);
+		PUSH_TOKEN(strdup(ch), 1);
+	}
+	/* the letter byte tokens seed the word list, most frequent first */
+	for (size_t i = 0; i < v->tokens.n; i++)
+	{
+		const char *s = v->tokens.s[i];
+
+		if (s[1] == '\0' && ((s[0] >= 'a' && s[0] <= 'z') || (s[0] >= 'A' && s[0] <= 'Z')))
+			letter_tok[(int) s[0]] = s;
+	}
+	for (const char *c = "etaoinshrdlcumwfgypbvkjxqzETAOINSHRDLCUMWFGYPBVKJXQZ"; *c; c++)
+		if (!strvec_push(&words, (char *) letter_tok[(int) *c]))
+		{
+			st = opus_error_set(err, OPUS_ERR_NOMEM, "out of memory");
+			goto done;
+		}
+	/* merged tokens */
+	{
+		char		space[4];
+
+		byte_char(' ', space);	/* "Ġ" */
+		while ((int64_t) v->tokens.n < (sp_base == 0 ? n_vocab : n_regular))
+		{
+			const char *left = NULL,
+					   *right = NULL;
+			char	   *tok = NULL;
+			bool		spc = false;
+
+			for (int attempt = 0;; attempt++)
+			{
+				float		u = unif(&rng);
+				size_t		nw = words.n,
+							ns = spaced.n;
+				/* skew towards early (short, "frequent") tokens, less so later */
+				float		skew = attempt < 64 ? 3.0f : attempt < 256 ? 1.5f : 1.0f;
+
+				spc = u < 0.45f;
+				if (spc)
+				{
+					size_t		k = (size_t) ((float) (ns + 1) * powf(unif(&rng), skew));
+
+					left = k >= ns ? space : spaced.s[k];
+				}
+				else
+					left = words.s[(size_t) ((float) nw * powf(unif(&rng), skew)) % nw];
+				if (unif(&rng) < 0.3f)
+					right = letter_tok[(int) letters[(size_t) (unif(&rng) * (float) (sizeof(letters) - 1)) % (sizeof(letters) - 1)]];
+				else
+					right = words.s[(size_t) ((float) nw * powf(unif(&rng), skew)) % nw];
+				if (strlen(left) + strlen(right) > 24)
+					continue;
+				tok = str_cat3(left, right, "");
+				if (tok == NULL)
+				{
+					st = opus_error_set(err, OPUS_ERR_NOMEM, "out of memory");
+					goto done;
+				}
+				if (!strset_has(&set, tok))
+					break;
+				free(tok);
+				tok = NULL;
+				if (attempt > 100000)
+				{
+					st = opus_error_set(err, OPUS_ERR_INTERNAL,
+										"cannot build a vocabulary of %lld tokens",
+										(long long) n_vocab);
+					goto done;
+				}
+			}
+			if (!strvec_push(&v->merges, str_cat3(left, " ", right)))
+			{
+				free(tok);
+				st = opus_error_set(err, OPUS_ERR_NOMEM, "out of memory");
+				goto done;
+			}
+			PUSH_TOKEN(tok, 1);
+			if (!strvec_push(spc ? &spaced : &words, tok))
+			{
+				st = opus_error_set(err, OPUS_ERR_NOMEM, "out of memory");
+				goto done;
+			}
+		}
+	}
+	if (sp_base != 0)
+		for (int64_t i = 0; i < n_special; i++)
+		{
+			char		buf[64];
+
+			if (i < n_sp_named)
+				snprintf(buf, sizeof(buf), "%s", sp[i]);
+			else
+				snprintf(buf, sizeof(buf), "<|reserved_special_token_%lld|>",
+						 (long long) (i - n_sp_named + 3));
+			PUSH_TOKEN(strdup(buf), 3);
+		}
+#undef PUSH_TOKEN
+
+	switch (flavor)
+	{
+		case TOK_CHATML:
+			v->bos = 1;
+			v->eos = 2;
+			v->unk = 0;
+			v->pad = 2;
+			v->pre = "smollm";
+			v->chat_template = chatml_template;
+			v->add_bos = false;
+			break;
+		case TOK_LLAMA3:
+			v->bos = (int32_t) sp_base;
+			v->eos = (int32_t) sp_base + 9;	/* <|eot_id|> */
+			v->unk = -1;
+			v->pad = -1;
+			v->pre = "llama-bpe";
+			v->chat_template = llama3_template;
+			v->add_bos = true;
+			break;
+		case TOK_MISTRAL:
+			v->bos = 1;
+			v->eos = 2;
+			v->unk = 0;
+			v->pad = -1;
+			v->pre = "default";
+			v->chat_template = mistral_template;
+			v->add_bos = true;
+			break;
+	}
+done:
+	free(set.slot);
+	free(words.s);
+	free(spaced.s);
+	if (st != OPUS_OK)
+		vocab_free(v);
+	return st;
+}
+
+/* ---- metadata ---- */
+
+struct kvbuf
+{
+	uint8_t    *p;
+	size_t		n;
+	size_t		cap;
+	bool		oom;
+};
+
+static void
+kb_put(struct kvbuf *b, const void *data, size_t n)
+{
+	if (b->oom)
+		return;
+	if (b->n + n > b->cap)
+	{
+		size_t		ncap = b->cap ? b->cap : 4096;
+		uint8_t    *q;
+
+		while (ncap < b->n + n)
+			ncap *= 2;
+		q = realloc(b->p, ncap);
+		if (q == NULL)
+		{
+			b->oom = true;
+			return;
+		}
+		b->p = q;
+		b->cap = ncap;
+	}
+	memcpy(b->p + b->n, data, n);
+	b->n += n;
+}
+
+static void
+kb_u32(struct kvbuf *b, uint32_t v)
+{
+	kb_put(b, &v, 4);
+}
+
+static void
+kb_u64(struct kvbuf *b, uint64_t v)
+{
+	kb_put(b, &v, 8);
+}
+
+static enum opus_status
+add_str_array(struct opus_gguf_writer *w, const char *key, const struct strvec *v,
+			  struct opus_error *err)
+{
+	struct kvbuf b = {0};
+	enum opus_status st;
+
+	kb_u32(&b, OPUS_GGUF_STRING);
+	kb_u64(&b, v->n);
+	for (size_t i = 0; i < v->n; i++)
+	{
+		size_t		len = strlen(v->s[i]);
+
+		kb_u64(&b, len);
+		kb_put(&b, v->s[i], len);
+	}
+	if (b.oom)
+		st = opus_error_set(err, OPUS_ERR_NOMEM, "out of memory");
+	else
+		st = opus_gguf_writer_add_raw(w, key, OPUS_GGUF_ARRAY, b.p, b.n, err);
+	free(b.p);
+	return st;
+}
+
+static enum opus_status
+add_i32_array(struct opus_gguf_writer *w, const char *key, const int32_t *a,
+			  size_t n, struct opus_error *err)
+{
+	struct kvbuf b = {0};
+	enum opus_status st;
+
+	kb_u32(&b, OPUS_GGUF_INT32);
+	kb_u64(&b, n);
+	kb_put(&b, a, n * sizeof(int32_t));
+	if (b.oom)
+		st = opus_error_set(err, OPUS_ERR_NOMEM, "out of memory");
+	else
+		st = opus_gguf_writer_add_raw(w, key, OPUS_GGUF_ARRAY, b.p, b.n, err);
+	free(b.p);
+	return st;
+}
+
+static enum opus_status
+add_f32(struct opus_gguf_writer *w, const char *key, float v, struct opus_error *err)
+{
+	return opus_gguf_writer_add_raw(w, key, OPUS_GGUF_FLOAT32, &v, 4, err);
+}
+
+static enum opus_status
+add_bool(struct opus_gguf_writer *w, const char *key, bool v, struct opus_error *err)
+{
+	uint8_t		b = v ? 1 : 0;
+
+	return opus_gguf_writer_add_raw(w, key, OPUS_GGUF_BOOL, &b, 1, err);
+}
+
+/* ---- tensors ---- */
+
+/* The type a matrix with rows of n elements is written in (quantize.c's rule). */
+static enum opus_qtype
+matrix_type(int64_t n, enum opus_qtype target)
+{
+	enum opus_qtype type = target;
+
+	if (n % 256 != 0)
+	{
+		if (type == OPUS_TYPE_Q4_K)
+			type = OPUS_TYPE_Q5_0;
+		else if (type == OPUS_TYPE_Q5_K)
+			type = OPUS_TYPE_Q5_1;
+		else if (type == OPUS_TYPE_Q6_K)
+			type = OPUS_TYPE_Q8_0;
+	}
+	if (n % opus_qtype_info(type)->block_size != 0)
+		type = OPUS_TYPE_F16;
+	return type;
+}
+
+struct model_spec
+{
+	struct shape sh;
+	enum opus_qtype type;
+	struct tensor_spec *t;
+	size_t		n;
+	size_t		cap;
+};
+
+static enum opus_status
+add_spec(struct model_spec *m, const char *name, int n_dims, int64_t ne0, int64_t ne1,
+		 int64_t ne2, enum opus_qtype type, enum tkind kind, float sigma,
+		 struct opus_error *err)
+{
+	struct tensor_spec *t;
+
+	if (m->n == m->cap)
+	{
+		size_t		ncap = m->cap ? m->cap * 2 : 64;
+		struct tensor_spec *p = realloc(m->t, ncap * sizeof(*p));
+
+		if (p == NULL)
+			return opus_error_set(err, OPUS_ERR_NOMEM, "out of memory");
+		m->t = p;
+		m->cap = ncap;
+	}
+	t = &m->t[m->n];
+	memset(t, 0, sizeof(*t));
+	snprintf(t->name, sizeof(t->name), "%s", name);
+	t->n_dims = n_dims;
+	t->ne[0] = ne0;
+	t->ne[1] = ne1;
+	t->ne[2] = ne2;
+	t->type = type;
+	t->kind = kind;
+	t->sigma = sigma;
+	t->n_rows = ne1 * ne2;
+	if (kind == KIND_MATRIX)
+		fill_scale_table(t);
+	if (!opus_qtype_row_size(type, ne0, &t->row_bytes))
+		return opus_error_set(err, OPUS_ERR_INVALID_ARG,
+							  "tensor \"%s\": row of %lld does not fit type %s", name,
+							  (long long) ne0, opus_qtype_info(type)->name);
+	m->n++;
+	return OPUS_OK;
+}
+
+#define MAT(name, n_in, n_out) \
+	add_spec(m, name, 2, n_in, n_out, 1, matrix_type(n_in, m->type), KIND_MATRIX, \
+			 1.0f / sqrtf((float) (n_in)), err)
+
+/* Every tensor of the model, in llama.cpp's order. */
+static enum opus_status
+build_specs(struct model_spec *m, struct opus_error *err)
+{
+	const struct shape *sh = &m->sh;
+	int64_t		head_dim = sh->n_embd / sh->n_head;
+	int64_t		q_dim = sh->n_embd;
+	int64_t		kv_dim = head_dim * sh->n_head_kv;
+	enum opus_status st;
+	char		name[64];
+
+#define TRY(x) do { if ((st = (x)) != OPUS_OK) return st; } while (0)
+	TRY(MAT("token_embd.weight", sh->n_embd, sh->n_vocab));
+	if (sh->rope_freqs)
+		TRY(add_spec(m, "rope_freqs.weight", 1, head_dim / 2, 1, 1, OPUS_TYPE_F32,
+					 KIND_ROPE_FREQS, sh->rope_base, err));
+	TRY(add_spec(m, "output_norm.weight", 1, sh->n_embd, 1, 1, OPUS_TYPE_F32,
+				 KIND_NORM, 0.0f, err));
+	if (!sh->tied)
+		TRY(MAT("output.weight", sh->n_embd, sh->n_vocab));
+	for (int64_t il = 0; il < sh->n_layer; il++)
+	{
+#define TN(suffix) (snprintf(name, sizeof(name), "blk.%lld.%s", (long long) il, suffix), name)
+		TRY(add_spec(m, TN("attn_norm.weight"), 1, sh->n_embd, 1, 1, OPUS_TYPE_F32,
+					 KIND_NORM, 0.0f, err));
+		TRY(MAT(TN("attn_q.weight"), sh->n_embd, q_dim));
+		TRY(MAT(TN("attn_k.weight"), sh->n_embd, kv_dim));
+		TRY(MAT(TN("attn_v.weight"), sh->n_embd, kv_dim));
+		TRY(MAT(TN("attn_output.weight"), q_dim, sh->n_embd));
+		TRY(add_spec(m, TN("ffn_norm.weight"), 1, sh->n_embd, 1, 1, OPUS_TYPE_F32,
+					 KIND_NORM, 0.0f, err));
+		if (sh->n_expert == 0)
+		{
+			TRY(MAT(TN("ffn_gate.weight"), sh->n_embd, sh->n_ff));
+			TRY(MAT(TN("ffn_up.weight"), sh->n_embd, sh->n_ff));
+			TRY(MAT(TN("ffn_down.weight"), sh->n_ff, sh->n_embd));
+		}
+		else
+		{
+			TRY(add_spec(m, TN("ffn_gate_inp.weight"), 2, sh->n_embd, sh->n_expert, 1,
+						 OPUS_TYPE_F32, KIND_MATRIX, 1.0f / sqrtf((float) sh->n_embd), err));
+			TRY(add_spec(m, TN("ffn_gate_exps.weight"), 3, sh->n_embd, sh->n_ff, sh->n_expert,
+						 matrix_type(sh->n_embd, m->type), KIND_MATRIX,
+						 1.0f / sqrtf((float) sh->n_embd), err));
+			TRY(add_spec(m, TN("ffn_down_exps.weight"), 3, sh->n_ff, sh->n_embd, sh->n_expert,
+						 matrix_type(sh->n_ff, m->type), KIND_MATRIX,
+						 1.0f / sqrtf((float) sh->n_ff), err));
+			TRY(add_spec(m, TN("ffn_up_exps.weight"), 3, sh->n_embd, sh->n_ff, sh->n_expert,
+						 matrix_type(sh->n_embd, m->type), KIND_MATRIX,
+						 1.0f / sqrtf((float) sh->n_embd), err));
+		}
+#undef TN
+	}
+#undef TRY
+	return OPUS_OK;
+}
+
+static enum opus_status
+add_metadata(struct opus_gguf_writer *w, const struct model_spec *m, uint64_t seed,
+			 const struct vocab *v, struct opus_error *err)
+{
+	const struct shape *sh = &m->sh;
+	enum opus_status st;
+	char		name[160];
+	uint32_t	ftype = 0;
+
+	for (size_t i = 0; i < N_TARGETS; i++)
+		if (targets[i].type == m->type)
+			ftype = targets[i].ftype;
+	snprintf(name, sizeof(name), "opus genmodel %s %s seed %llu (random weights)",
+			 sh->name, opus_qtype_info(m->type)->name, (unsigned long long) seed);
+#define TRY(x) do { if ((st = (x)) != OPUS_OK) return st; } while (0)
+#define U32(key, val) TRY(opus_gguf_writer_add_u32(w, key, (uint32_t) (val), err))
+	TRY(opus_gguf_writer_add_str(w, "general.architecture", "llama", err));
+	TRY(opus_gguf_writer_add_str(w, "general.type", "model", err));
+	TRY(opus_gguf_writer_add_str(w, "general.name", name, err));
+	U32("llama.block_count", sh->n_layer);
+	U32("llama.context_length", sh->n_ctx);
+	U32("llama.embedding_length", sh->n_embd);
+	U32("llama.feed_forward_length", sh->n_ff);
+	U32("llama.attention.head_count", sh->n_head);
+	U32("llama.attention.head_count_kv", sh->n_head_kv);
+	TRY(add_f32(w, "llama.rope.freq_base", sh->rope_base, err));
+	TRY(add_f32(w, "llama.attention.layer_norm_rms_epsilon", sh->norm_eps, err));
+	if (sh->n_expert > 0)
+	{
+		U32("llama.expert_count", sh->n_expert);
+		U32("llama.expert_used_count", sh->n_expert_used);
+	}
+	U32("general.file_type", ftype);
+	U32("llama.vocab_size", sh->n_vocab);
+	U32("llama.rope.dimension_count", sh->n_embd / sh->n_head);
+	TRY(opus_gguf_writer_add_str(w, "tokenizer.ggml.model", "gpt2", err));
+	TRY(opus_gguf_writer_add_str(w, "tokenizer.ggml.pre", v->pre, err));
+	TRY(add_str_array(w, "tokenizer.ggml.tokens", &v->tokens, err));
+	TRY(add_i32_array(w, "tokenizer.ggml.token_type", v->types, v->tokens.n, err));
+	TRY(add_str_array(w, "tokenizer.ggml.merges", &v->merges, err));
+	U32("tokenizer.ggml.bos_token_id", v->bos);
+	U32("tokenizer.ggml.eos_token_id", v->eos);
+	if (v->unk >= 0)
+		U32("tokenizer.ggml.unknown_token_id", v->unk);
+	if (v->pad >= 0)
+		U32("tokenizer.ggml.padding_token_id", v->pad);
+	TRY(add_bool(w, "tokenizer.ggml.add_bos_token", v->add_bos, err));
+	TRY(add_bool(w, "tokenizer.ggml.add_space_prefix", false, err));
+	TRY(opus_gguf_writer_add_str(w, "tokenizer.chat_template", v->chat_template, err));
+	if (opus_qtype_info(m->type)->block_size > 1)
+		U32("general.quantization_version", 2);
+#undef U32
+#undef TRY
+	return OPUS_OK;
+}
+
+/* ---- generation: a thread pool fills a chunk while the previous is written ---- */
+
+struct gen_job
+{
+	const struct tensor_spec *t;
+	int64_t		row0;
+	int64_t		n_rows;
+	uint64_t	seed;
+	uint8_t    *buf;
+	atomic_int	failed;			/* a thread could not allocate its scratch row */
+	struct opus_pool_counter next;
+};
+
+#define ROWS_PER_CLAIM 16
+
+static void
+gen_chunk(void *arg, int ith, int nth)
+{
+	struct gen_job *j = arg;
+	float	   *scratch = NULL;
+
+	(void) ith;
+	(void) nth;
+	if (j->t->type == OPUS_TYPE_F16 || j->t->type == OPUS_TYPE_BF16)
+	{
+		scratch = malloc(sizeof(float) * (size_t) j->t->ne[0]);
+		if (scratch == NULL)
+		{
+			atomic_store(&j->failed, 1);
+			return;
+		}
+	}
+	for (;;)
+	{
+		int64_t		r0 = (int64_t) atomic_fetch_add(&j->next.next, 1) * ROWS_PER_CLAIM;
+
+		if (r0 >= j->n_rows)
+			break;
+		for (int64_t r = r0; r < r0 + ROWS_PER_CLAIM && r < j->n_rows; r++)
+			gen_row(j->t, j->row0 + r, j->seed, j->buf + (size_t) r * j->t->row_bytes,
+					scratch);
+	}
+	free(scratch);
+}
+
+struct write_job
+{
+	struct opus_gguf_writer *w;
+	const uint8_t *buf;
+	size_t		n;
+	enum opus_status st;
+	struct opus_error err;
+};
+
+static void *
+write_chunk(void *arg)
+{
+	struct write_job *j = arg;
+
+	j->st = opus_gguf_writer_stream_data(j->w, j->buf, j->n, &j->err);
+	return NULL;
+}
+
+static double
+now_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double) ts.tv_sec + (double) ts.tv_nsec * 1e-9;
+}
+
+static enum opus_status
+generate(const struct model_spec *m, const char *out, uint64_t seed, int n_threads,
+		 struct opus_gguf_writer *w, struct opus_error *err)
+{
+	struct opus_pool *pool = NULL;
+	uint8_t    *buf[2] = {NULL, NULL};
+	size_t		max_chunk = 0;
+	struct write_job wj = {0};
+	pthread_t	writer;
+	bool		writing = false;
+	int			cur = 0;
+	enum opus_status st;
+
+	for (size_t i = 0; i < m->n; i++)
+	{
+		size_t		c = m->t[i].row_bytes * (size_t) m->t[i].n_rows;
+		size_t		rows = CHUNK_BYTES / m->t[i].row_bytes;
+
+		if (rows < 1)
+			rows = 1;
+		if (c > rows * m->t[i].row_bytes)
+			c = rows * m->t[i].row_bytes;
+		if (c > max_chunk)
+			max_chunk = c;
+	}
+	buf[0] = malloc(max_chunk);
+	buf[1] = malloc(max_chunk);
+	if (buf[0] == NULL || buf[1] == NULL)
+	{
+		st = opus_error_set(err, OPUS_ERR_NOMEM, "out of memory for %zu-byte chunks", max_chunk);
+		goto done;
+	}
+	if ((st = opus_pool_create(n_threads, &pool, err)) != OPUS_OK)
+		goto done;
+	if ((st = opus_gguf_writer_stream_begin(w, out, err)) != OPUS_OK)
+		goto done;
+
+	for (size_t i = 0; i < m->n; i++)
+	{
+		const struct tensor_spec *t = &m->t[i];
+		int64_t		rows_per = (int64_t) (CHUNK_BYTES / t->row_bytes);
+
+		if (rows_per < 1)
+			rows_per = 1;
+		for (int64_t r0 = 0; r0 < t->n_rows; r0 += rows_per)
+		{
+			struct gen_job gj = {0};
+			int64_t		nr = t->n_rows - r0 < rows_per ? t->n_rows - r0 : rows_per;
+
+			gj.t = t;
+			gj.row0 = r0;
+			gj.n_rows = nr;
+			gj.seed = seed;
+			gj.buf = buf[cur];
+			atomic_init(&gj.next.next, 0);
+			atomic_init(&gj.failed, 0);
+			opus_pool_run(pool, gen_chunk, &gj);
+			if (atomic_load(&gj.failed))
+			{
+				st = opus_error_set(err, OPUS_ERR_NOMEM, "out of memory generating \"%s\"",
+									t->name);
+				goto done;
+			}
+			/* the previous chunk must be written before its buffer is reused */
+			if (writing)
+			{
+				pthread_join(writer, NULL);
+				writing = false;
+				if (wj.st != OPUS_OK)
+				{
+					*err = wj.err;
+					st = wj.st;
+					goto done;
+				}
+			}
+			wj = (struct write_job)
+			{
+				.w = w,.buf = buf[cur],.n = (size_t) nr * t->row_bytes,
+			};
+			if (pthread_create(&writer, NULL, write_chunk, &wj) == 0)
+				writing = true;
+			else
+				write_chunk(&wj);
+			if (!writing && wj.st != OPUS_OK)
+			{
+				*err = wj.err;
+				st = wj.st;
+				goto done;
+			}
+			cur ^= 1;
+		}
+	}
+	if (writing)
+	{
+		pthread_join(writer, NULL);
+		writing = false;
+		if (wj.st != OPUS_OK)
+		{
+			*err = wj.err;
+			st = wj.st;
+			goto done;
+		}
+	}
+	st = opus_gguf_writer_stream_finish(w, err);
+done:
+	if (writing)
+		pthread_join(writer, NULL);
+	if (pool)
+		opus_pool_free(pool);
+	free(buf[0]);
+	free(buf[1]);
+	return st;
+}
+
+/* ---- command line ---- */
+
+static bool
+parse_i64(const char *s, int64_t lo, int64_t hi, int64_t *out)
+{
+	char	   *end;
+	long long	v;
+
+	if (s == NULL || *s == '\0')
+		return false;
+	errno = 0;
+	v = strtoll(s, &end, 10);
+	if (errno != 0 || *end != '\0' || v < lo || v > hi)
+		return false;
+	*out = v;
+	return true;
+}
+
+static enum opus_status
+check_shape(const struct shape *sh, enum opus_qtype type, struct opus_error *err)
+{
+	int64_t		head_dim;
+
+	if (sh->n_embd % sh->n_head != 0)
+		return opus_error_set(err, OPUS_ERR_INVALID_ARG,
+							  "n_embd %lld is not a multiple of the head count %lld",
+							  (long long) sh->n_embd, (long long) sh->n_head);
+	head_dim = sh->n_embd / sh->n_head;
+	if (head_dim % 2 != 0)
+		return opus_error_set(err, OPUS_ERR_INVALID_ARG, "head size %lld is odd",
+							  (long long) head_dim);
+	if (sh->n_head % sh->n_head_kv != 0)
+		return opus_error_set(err, OPUS_ERR_INVALID_ARG,
+							  "head count %lld is not a multiple of the KV head count %lld",
+							  (long long) sh->n_head, (long long) sh->n_head_kv);
+	if (sh->n_expert > 0 && (sh->n_expert_used < 1 || sh->n_expert_used > sh->n_expert ||
+							 sh->n_expert_used > OPUS_MOE_MAX_USED))
+		return opus_error_set(err, OPUS_ERR_INVALID_ARG,
+							  "experts used %lld out of range 1..%lld",
+							  (long long) sh->n_expert_used, (long long) sh->n_expert);
+	/* F16 is the last fallback: rows must hold whole F16 elements at least */
+	(void) type;
+	return OPUS_OK;
+}
+
+int
+opus_cli_genmodel(int argc, char **argv)
+{
+	const char *shape_name = NULL,
+			   *type_name = NULL,
+			   *out = NULL;
+	int64_t		seed = 1,
+				threads = 0,
+				shrink = 1;
+	int64_t		ov_layers = 0,
+				ov_embd = 0,
+				ov_ff = 0,
+				ov_vocab = 0,
+				ov_heads = 0,
+				ov_kv = 0,
+				ov_exp = -1,
+				ov_used = 0,
+				ov_ctx = 0;
+	bool		dry = false,
+				no_rope_freqs = false;
+	struct model_spec m = {0};
+	struct vocab v = {0};
+	struct opus_gguf_writer *w = NULL;
+	struct opus_error err = {0};
+	enum opus_status st;
+	int			qt;
+	double		t0;
+	unsigned long long total = 0,
+				n_params = 0;
+	int			rc = 1;
+
+	for (int i = 1; i < argc; i++)
+	{
+		const char *a = argv[i];
+		const char *val = i + 1 < argc ? argv[i + 1] : NULL;
+		int64_t    *dst = NULL;
+		int64_t		lo = 1,
+					hi = (int64_t) 1 << 24;
+
+		if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0)
+		{
+			usage(stdout);
+			return 0;
+		}
+		if (strcmp(a, "--list") == 0)
+		{
+			for (size_t s = 0; s < N_SHAPES; s++)
+				printf("%-13s %-22s n_embd %lld, %lld layers, %lld/%lld heads, n_ff %lld, "
+					   "vocab %lld%s\n", shapes[s].name, shapes[s].desc,
+					   (long long) shapes[s].n_embd, (long long) shapes[s].n_layer,
+					   (long long) shapes[s].n_head, (long long) shapes[s].n_head_kv,
+					   (long long) shapes[s].n_ff, (long long) shapes[s].n_vocab,
+					   shapes[s].n_expert ? ", experts" : "");
+			return 0;
+		}
+		if (strcmp(a, "--dry-run") == 0)
+		{
+			dry = true;
+			continue;
+		}
+		if (strcmp(a, "--no-rope-freqs") == 0)
+		{
+			no_rope_freqs = true;
+			continue;
+		}
+		if (val == NULL)
+		{
+			fprintf(stderr, "genmodel: %s needs a value\n", a);
+			usage(stderr);
+			return 2;
+		}
+		i++;
+		if (strcmp(a, "--shape") == 0)
+			shape_name = val;
+		else if (strcmp(a, "--type") == 0)
+			type_name = val;
+		else if (strcmp(a, "--out") == 0)
+			out = val;
+		else if (strcmp(a, "--seed") == 0)
+		{
+			dst = &seed;
+			lo = 0;
+			hi = INT64_MAX;
+		}
+		else if (strcmp(a, "--threads") == 0)
+		{
+			dst = &threads;
+			hi = OPUS_MAX_THREADS;
+		}
+		else if (strcmp(a, "--shrink") == 0)
+			dst = &shrink;
+		else if (strcmp(a, "--layers") == 0)
+			dst = &ov_layers;
+		else if (strcmp(a, "--embd") == 0)
+			dst = &ov_embd;
+		else if (strcmp(a, "--ff") == 0)
+			dst = &ov_ff;
+		else if (strcmp(a, "--vocab") == 0)
+			dst = &ov_vocab;
+		else if (strcmp(a, "--heads") == 0)
+			dst = &ov_heads;
+		else if (strcmp(a, "--kv-heads") == 0)
+			dst = &ov_kv;
+		else if (strcmp(a, "--experts") == 0)
+		{
+			dst = &ov_exp;
+			lo = 0;
+			hi = OPUS_MOE_MAX_EXPERTS;
+		}
+		else if (strcmp(a, "--experts-used") == 0)
+		{
+			dst = &ov_used;
+			hi = OPUS_MOE_MAX_USED;
+		}
+		else if (strcmp(a, "--ctx") == 0)
+			dst = &ov_ctx;
+		else
+		{
+			fprintf(stderr, "genmodel: unknown option \"%s\"\n", a);
+			usage(stderr);
+			return 2;
+		}
+		if (dst != NULL && !parse_i64(val, lo, hi, dst))
+		{
+			fprintf(stderr, "genmodel: bad value \"%s\" for %s\n", val, a);
+			return 2;
+		}
+	}
+	if (shape_name == NULL || type_name == NULL || (out == NULL && !dry))
+	{
+		fprintf(stderr, "genmodel: --shape, --type and --out are required\n");
+		usage(stderr);
+		return 2;
+	}
+	for (size_t s = 0; s < N_SHAPES; s++)
+		if (strcmp(shapes[s].name, shape_name) == 0)
+			m.sh = shapes[s];
+	if (m.sh.name == NULL)
+	{
+		fprintf(stderr, "genmodel: unknown shape \"%s\" (opus_engine genmodel --list)\n",
+				shape_name);
+		return 2;
+	}
+	qt = opus_qtype_from_name(type_name);
+	m.type = (enum opus_qtype) qt;
+	{
+		bool		ok = false;
+
+		for (size_t i = 0; i < N_TARGETS && qt >= 0; i++)
+			ok |= targets[i].type == m.type;
+		if (!ok)
+		{
+			fprintf(stderr, "genmodel: unsupported type \"%s\"\n", type_name);
+			return 2;
+		}
+	}
+	if (shrink > 1)
+	{
+		if (m.sh.n_embd % shrink || m.sh.n_ff % shrink)
+		{
+			fprintf(stderr, "genmodel: --shrink %lld does not divide n_embd %lld and n_ff %lld\n",
+					(long long) shrink, (long long) m.sh.n_embd, (long long) m.sh.n_ff);
+			return 2;
+		}
+		m.sh.n_embd /= shrink;
+		m.sh.n_ff /= shrink;
+		m.sh.n_vocab /= shrink;
+	}
+	if (ov_layers)
+		m.sh.n_layer = ov_layers;
+	if (ov_embd)
+		m.sh.n_embd = ov_embd;
+	if (ov_ff)
+		m.sh.n_ff = ov_ff;
+	if (ov_vocab)
+		m.sh.n_vocab = ov_vocab;
+	if (ov_heads)
+		m.sh.n_head = ov_heads;
+	if (ov_kv)
+		m.sh.n_head_kv = ov_kv;
+	if (ov_exp >= 0)
+	{
+		m.sh.n_expert = ov_exp;
+		if (ov_exp > 0 && m.sh.n_expert_used == 0)
+			m.sh.n_expert_used = ov_exp < 2 ? ov_exp : 2;
+	}
+	if (ov_used)
+		m.sh.n_expert_used = ov_used;
+	if (ov_ctx)
+		m.sh.n_ctx = ov_ctx;
+	if (no_rope_freqs)
+		m.sh.rope_freqs = false;
+	if (threads == 0)
+	{
+		long		n = sysconf(_SC_NPROCESSORS_ONLN);
+
+		threads = n < 1 ? 1 : n > OPUS_MAX_THREADS ? OPUS_MAX_THREADS : n;
+	}
+
+	opus_qtype_init_cpu(false);
+	t0 = now_s();
+	if ((st = check_shape(&m.sh, m.type, &err)) != OPUS_OK ||
+		(st = build_specs(&m, &err)) != OPUS_OK ||
+		(st = build_vocab(m.sh.tok, m.sh.n_vocab, &v, &err)) != OPUS_OK)
+		goto fail;
+	w = opus_gguf_writer_new(0);
+	if (w == NULL)
+	{
+		st = opus_error_set(&err, OPUS_ERR_NOMEM, "out of memory");
+		goto fail;
+	}
+	if ((st = add_metadata(w, &m, (uint64_t) seed, &v, &err)) != OPUS_OK)
+		goto fail;
+	for (size_t i = 0; i < m.n; i++)
+	{
+		const struct tensor_spec *t = &m.t[i];
+		int64_t		ne[3] = {t->ne[0], t->ne[1], t->ne[2]};
+
+		if ((st = opus_gguf_writer_add_tensor_info(w, t->name, t->n_dims, ne, t->type,
+												   &err)) != OPUS_OK)
+			goto fail;
+		total += (unsigned long long) ((t->row_bytes * (size_t) t->n_rows + 31) & ~(size_t) 31);
+		n_params += (unsigned long long) (t->ne[0] * t->n_rows);
+	}
+	fprintf(stderr, "genmodel: %s (%s), %s: n_embd %lld, %lld layers, %lld/%lld heads, "
+			"n_ff %lld, vocab %lld%s; %zu tensors, %.3f B params, %.2f GiB of tensor data\n",
+			m.sh.name, m.sh.desc, opus_qtype_info(m.type)->name, (long long) m.sh.n_embd,
+			(long long) m.sh.n_layer, (long long) m.sh.n_head, (long long) m.sh.n_head_kv,
+			(long long) m.sh.n_ff, (long long) m.sh.n_vocab,
+			m.sh.n_expert ? ", MoE" : "", m.n, (double) n_params * 1e-9,
+			(double) total / (1024.0 * 1024.0 * 1024.0));
+	if (dry)
+	{
+		printf("%llu\n", total);
+		rc = 0;
+		goto out;
+	}
+	/* fail at once, not after gigabytes, when the file cannot fit */
+	{
+		char		d[4096];
+		const char *slash = strrchr(out, '/');
+		struct statvfs vfs;
+		unsigned long long need = total + 65536 + 128 * (unsigned long long) m.n;
+
+		/* the header: mostly the vocabulary */
+		for (size_t i = 0; i < v.tokens.n; i++)
+			need += 12 + strlen(v.tokens.s[i]);
+		for (size_t i = 0; i < v.merges.n; i++)
+			need += 8 + strlen(v.merges.s[i]);
+
+		if (slash == NULL)
+			snprintf(d, sizeof(d), ".");
+		else
+			snprintf(d, sizeof(d), "%.*s", (int) (slash == out ? 1 : slash - out), out);
+		if (statvfs(d, &vfs) == 0 &&
+			(unsigned long long) vfs.f_bavail * vfs.f_frsize < need)
+		{
+			st = opus_error_set(&err, OPUS_ERR_IO,
+								"\"%s\" needs %.2f GiB but only %.2f GiB are free there",
+								out, (double) need / 1073741824.0,
+								(double) vfs.f_bavail * vfs.f_frsize / 1073741824.0);
+			goto fail;
+		}
+	}
+	if ((st = generate(&m, out, (uint64_t) seed, (int) threads, w, &err)) != OPUS_OK)
+		goto fail;
+	fprintf(stderr, "genmodel: wrote %s in %.2f s (%lld threads)\n", out, now_s() - t0,
+			(long long) threads);
+	rc = 0;
+	goto out;
+fail:
+	fprintf(stderr, "genmodel: %s\n", err.msg);
+	rc = 1;
+out:
+	opus_gguf_writer_free(w);
+	vocab_free(&v);
+	free(m.t);
+	return rc;
+}
