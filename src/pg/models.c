@@ -439,7 +439,8 @@ OpusLookupModel(const char *name, uint32 *epoch, char *display, size_t displen)
 static const char *
 model_state_name(const OpusEngineStatus *e)
 {
-	if (e->swap_state == OPUS_SWAP_LOADING || e->swap_state == OPUS_SWAP_WARMING)
+	if (e->swap_state == OPUS_SWAP_LOADING || e->swap_state == OPUS_SWAP_WARMING ||
+		e->swap_state == OPUS_SWAP_DRAIN_FIRST)
 		return "swapping";
 	if (e->swap_state == OPUS_SWAP_DRAINING)
 		return "draining";
@@ -718,7 +719,7 @@ opus_model_rollback(PG_FUNCTION_ARGS)
 	e = OpusModel(i);
 	SpinLockAcquire(&e->mutex);
 	busy = e->swap_state == OPUS_SWAP_LOADING || e->swap_state == OPUS_SWAP_WARMING ||
-		e->swap_requested || e->rollback_requested;
+		e->swap_state == OPUS_SWAP_DRAIN_FIRST || e->swap_requested || e->rollback_requested;
 	none = e->prev_path[0] == '\0';
 	if (!busy && !none)
 		e->rollback_requested = true;

@@ -146,7 +146,8 @@ typedef enum OpusSwapState
 	OPUS_SWAP_NONE = 0,
 	OPUS_SWAP_LOADING,			/* the new version's engine is starting */
 	OPUS_SWAP_WARMING,			/* ... and running its canary prompts */
-	OPUS_SWAP_DRAINING			/* switched; the old version finishes its requests */
+	OPUS_SWAP_DRAINING,			/* switched; the old version finishes its requests */
+	OPUS_SWAP_DRAIN_FIRST		/* two versions do not fit: the old one drains first */
 } OpusSwapState;
 
 typedef struct OpusEngineStatus

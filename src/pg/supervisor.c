@@ -171,6 +171,8 @@ typedef struct ModelCtl
 	char		swap_why[OPUS_PROTO_MSG_LEN];	/* an automatic rollback's reason */
 	char		note[OPUS_PROTO_MSG_LEN];	/* last_error to show once ready again */
 	TimestampTz swap_started;
+	EngineConfig swap_cfg;		/* what the candidate runs */
+	bool		drained_first;	/* the serving engine was stopped for the swap */
 	int			n_canaries;		/* this swap's own canaries, 0 = the defaults */
 	OpusCanary	canaries[OPUS_MAX_CANARIES];
 	char		prev_path[OPUS_PROTO_PATH_LEN];
@@ -738,6 +740,13 @@ swap_failed(int m, const char *message, const char *detail)
 	fail_in_flight(cand, OPUS_PG_ERR_ENGINE_DIED, "opus engine terminated", message);
 	close_arena(cand);
 	mc->swap = OPUS_SWAP_NONE;
+	if (mc->drained_first)
+	{
+		/* the old version was stopped for this swap: start it again now */
+		mc->drained_first = false;
+		mc->next_start_at = 0;
+		mc->backoff_ms = BACKOFF_MIN_MS;
+	}
 	SpinLockAcquire(&e->mutex);
 	e->swap_path[0] = '\0';
 	strlcpy(e->last_error, message, sizeof(e->last_error));
@@ -1135,7 +1144,7 @@ maybe_start_engine(int m)
 	char		msg[OPUS_PROTO_MSG_LEN];
 	char		detail[OPUS_PROTO_MSG_LEN];
 
-	if (!mc->declared || mc->removing || p->pid > 0 ||
+	if (!mc->declared || mc->removing || p->pid > 0 || mc->drained_first ||
 		GetCurrentTimestamp() < mc->next_start_at)
 		return;
 
@@ -1223,6 +1232,28 @@ start_swap(int m, const char *path, bool is_rollback, const char *why)
 	SpinLockAcquire(&e->mutex);
 	strlcpy(e->swap_path, path, sizeof(e->swap_path));
 	SpinLockRelease(&e->mutex);
+	mc->swap_cfg = cfg;
+	mc->drained_first = false;
+	{
+		int64		need,
+					used,
+					budget;
+		EngineProc *serving = &mc->procs[mc->cur];
+
+		if (serving->pid > 0 && !fits_budget(&cfg, cand, &need, &used, &budget) &&
+			need + used - engine_bytes(&serving->cfg) <= budget)
+		{
+			/* both versions do not fit: hold new requests, drain, then load */
+			mc->swap = OPUS_SWAP_DRAIN_FIRST;
+			publish_swap(m);
+			ereport(LOG,
+					(errmsg("opus_pg: model \"%s\": \"%s\" does not fit opus.memory_budget beside the serving version; draining the serving version first",
+							model_label(m), path),
+					 errdetail("The new version needs %lld MB; engines use %lld MB of %lld MB. New requests wait until it is ready (or the old version is back).",
+							   (long long) (need >> 20), (long long) (used >> 20), (long long) (budget >> 20))));
+			return;
+		}
+	}
 	mc->swap = OPUS_SWAP_LOADING;
 	publish_swap(m);
 	ereport(LOG,
@@ -1233,6 +1264,39 @@ start_swap(int m, const char *path, bool is_rollback, const char *why)
 		swap_failed(m, msg, detail);
 	else
 		cand->warm_deadline = TimestampTzPlusMilliseconds(mc->swap_started,
+														  opus_model_warmup_timeout_ms);
+}
+
+/*
+ * A drain-first swap: the serving engine holds no request any more; stop
+ * it and load the new version in its stead (warm-up as usual; if that
+ * fails, swap_failed starts the old version again).
+ */
+static void
+drain_first_load(int m)
+{
+	ModelCtl   *mc = &models[m];
+	EngineProc *serving = &mc->procs[mc->cur];
+	EngineProc *cand = &mc->procs[1 - mc->cur];
+	char		how[OPUS_PROTO_MSG_LEN];
+	int			code;
+	char		msg[OPUS_PROTO_MSG_LEN];
+	char		detail[OPUS_PROTO_MSG_LEN];
+
+	stop_engine(serving, false, 1000, how, sizeof(how));
+	close_arena(serving);
+	mc->drained_first = true;
+	mc->swap = OPUS_SWAP_LOADING;
+	publish_swap(m);
+	set_model_state(m, OPUS_ENGINE_STARTING);
+	ereport(LOG,
+			(errmsg("opus_pg: model \"%s\": the serving version drained and stopped; loading \"%s\"",
+					model_label(m), mc->swap_cfg.path),
+			 errdetail("%s", how)));
+	if (!start_engine(m, cand, &mc->swap_cfg, &code, msg, detail))
+		swap_failed(m, msg, detail);
+	else
+		cand->warm_deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
 														  opus_model_warmup_timeout_ms);
 }
 
@@ -1323,6 +1387,7 @@ switch_to_candidate(int m)
 	}
 	mc->probation_done = mc->probation_errors = 0;
 	mc->swap = old->pid > 0 ? OPUS_SWAP_DRAINING : OPUS_SWAP_NONE;
+	mc->drained_first = false;
 	if (old->pid <= 0)
 		close_arena(old);
 	SpinLockAcquire(&e->mutex);
@@ -1416,6 +1481,10 @@ advance_models(void)
 		}
 		if (mc->swap == OPUS_SWAP_LOADING && other->ready)
 			mc->swap = OPUS_SWAP_WARMING;
+
+		/* a drain-first swap: the serving version holds nothing any more */
+		if (mc->swap == OPUS_SWAP_DRAIN_FIRST && n_in_flight(serving) == 0)
+			drain_first_load(m);
 
 		/* the old version drained */
 		if (mc->swap == OPUS_SWAP_DRAINING && n_in_flight(other) == 0)
@@ -2111,7 +2180,8 @@ process_slots(void)
 			SpinLockAcquire(&e->mutex);
 			estate = e->state;
 			SpinLockRelease(&e->mutex);
-			if (estate == OPUS_ENGINE_READY && p->ready && !mc->reload_pending)
+			if (estate == OPUS_ENGINE_READY && p->ready && !mc->reload_pending &&
+				mc->swap != OPUS_SWAP_DRAIN_FIRST)
 			{
 				pg_read_barrier();
 				slot->result_len = 0;
@@ -2293,7 +2363,8 @@ apply_declarations(void)
 			ereport(LOG, (errmsg("opus_pg: model \"%s\" removed from opus.models; it drains and stops",
 								 models[m].decl.name)));
 			/* a swap in progress ends here */
-			if (models[m].swap == OPUS_SWAP_LOADING || models[m].swap == OPUS_SWAP_WARMING)
+			if (models[m].swap == OPUS_SWAP_LOADING || models[m].swap == OPUS_SWAP_WARMING ||
+				models[m].swap == OPUS_SWAP_DRAIN_FIRST)
 				swap_failed(m, "swap abandoned: the model was removed", NULL);
 		}
 
@@ -2518,7 +2589,8 @@ OpusSupervisorMain(Datum arg)
 					timeout = t;
 			}
 			/* drains, removals and probation ends are checked at least every second */
-			if (mc->swap == OPUS_SWAP_DRAINING || mc->removing || mc->reload_pending ||
+			if (mc->swap == OPUS_SWAP_DRAINING || mc->swap == OPUS_SWAP_DRAIN_FIRST ||
+				mc->removing || mc->reload_pending ||
 				mc->prev_path[0] != '\0')
 				timeout = timeout < 0 ? 1000 : Min(timeout, 1000);
 			/* an overload ends without any frame arriving: look again */

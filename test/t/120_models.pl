@@ -209,6 +209,24 @@ my $text_tiny2;
 	is(sql(gen_sql(undef)), $text_default, 'the default model answers as before');
 }
 
+# ---- a swap that does not fit beside the serving version drains it first
+{
+	my $used = sql("SELECT sum(weights_bytes + kv_cache_bytes) FROM opus_models");
+	my $budget_mb = int($used / 1048576) + 3;	# less than one more tiny engine
+	sql("ALTER SYSTEM SET opus.memory_budget = '${budget_mb}MB'; SELECT pg_reload_conf()");
+	usleep(300_000);
+	my $from = log_offset($node);
+	sql("SELECT opus_model_swap('tiny', '$dir/tiny2.gguf')");
+	wait_model('tiny', sub { $_[0]{state} eq 'ready' && $_[0]{path} =~ /tiny2\.gguf$/ },
+		'a swap over the memory budget drains the old version first, then switches');
+	ok(count_log_matches($node, qr/does not fit opus.memory_budget beside the serving version; draining/, $from) == 1,
+		'the log says the swap drained first');
+	is(sql(gen_sql('tiny')), $text_tiny2, 'the new version serves');
+	sql("ALTER SYSTEM RESET opus.memory_budget; SELECT pg_reload_conf()");
+	sql("SELECT opus_model_rollback('tiny')");
+	wait_model('tiny', sub { $_[0]{state} eq 'ready' && $_[0]{path} =~ /tiny1\.gguf$/ }, 'and back');
+}
+
 # ---- memory admission
 sql("ALTER SYSTEM SET opus.models = 'tiny=$dir/tiny1.gguf; threads=1; kv_cache_size=8, "
 	  . "huge=$dir/tiny1.gguf; kv_cache_size=1000000'");
