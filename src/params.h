@@ -27,6 +27,9 @@
  *              OPUS_PARAM_SEED   SQL bigint,           C uint64_t (any value)
  *              OPUS_PARAM_TEXTS  SQL text[],  at most OPUS_PARAM_MAX_STOP
  *                                strings of lo .. hi bytes each
+ *              OPUS_PARAM_NAME   SQL text, a name (no bounds; checked where
+ *                                it is looked up)
+ *              OPUS_PARAM_BOOL   SQL boolean
  *   lo, hi     the bounds; lo_end / hi_end: OPUS_PARAM_CLOSED (the bound is
  *              allowed), OPUS_PARAM_OPEN (it is not), OPUS_PARAM_NONE
  *              (no bound on that side)
@@ -79,6 +82,17 @@
 	X(stop, OPUS_PARAM_TEXTS, 1, OPUS_PARAM_CLOSED, OPUS_PARAM_MAX_STOP_LEN, OPUS_PARAM_CLOSED, \
 	  0, "", NULL, "generation ends before the first one")
 
+/*
+ * Which model serves the request (docs/models.md): not part of the SUBMIT
+ * frame; the backend resolves the name (src/pg/models.c) and the supervisor
+ * routes the request.  The last arguments of the SQL signatures.
+ */
+#define OPUS_PARAMS_ROUTING(X) \
+	X(model, OPUS_PARAM_NAME, 0, OPUS_PARAM_NONE, 0, OPUS_PARAM_NONE, \
+	  0, "the default model (`opus.model`)", NULL, "a model declared in `opus.models`, or `default`") \
+	X(fallback, OPUS_PARAM_BOOL, 0, OPUS_PARAM_NONE, 0, OPUS_PARAM_NONE, \
+	  0, "only batch-class sessions", NULL, "true: may go to the model's fallback while it is overloaded")
+
 /* Request fields that are not SQL arguments: they come from the session. */
 #define OPUS_PARAMS_SESSION(X) \
 	X(priority, OPUS_PARAM_INT, 0, OPUS_PARAM_CLOSED, OPUS_PARAM_MAX_PRIORITY, OPUS_PARAM_CLOSED, \
@@ -86,14 +100,17 @@
 
 /* All of them, the SQL arguments in the order of the SQL signatures. */
 #define OPUS_PARAMS(X) \
-	OPUS_PARAMS_REQUEST(X) OPUS_PARAMS_SAMPLING(X) OPUS_PARAMS_TEXTS(X) OPUS_PARAMS_SESSION(X)
+	OPUS_PARAMS_REQUEST(X) OPUS_PARAMS_SAMPLING(X) OPUS_PARAMS_TEXTS(X) OPUS_PARAMS_ROUTING(X) \
+	OPUS_PARAMS_SESSION(X)
 
 enum opus_param_kind
 {
 	OPUS_PARAM_INT,
 	OPUS_PARAM_FLOAT,
 	OPUS_PARAM_SEED,
-	OPUS_PARAM_TEXTS
+	OPUS_PARAM_TEXTS,
+	OPUS_PARAM_NAME,
+	OPUS_PARAM_BOOL
 };
 
 enum opus_param_end

@@ -208,7 +208,7 @@ OpusParseOptions(FunctionCallInfo fcinfo, OpusRequest *req)
 void
 OpusParseModelArg(FunctionCallInfo fcinfo, OpusRequest *req)
 {
-	static const char *const names[2] = {"model", "fallback"};
+	const char *const names[2] = {opus_params[OPUS_P_model].name, opus_params[OPUS_P_fallback].name};
 	int			pos[2];
 
 	arg_positions(fcinfo, names, 2, pos);

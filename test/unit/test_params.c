@@ -34,6 +34,10 @@ sql_type(enum opus_param_kind k)
 			return "bigint";
 		case OPUS_PARAM_TEXTS:
 			return "text[]";
+		case OPUS_PARAM_NAME:
+			return "text";
+		case OPUS_PARAM_BOOL:
+			return "boolean";
 	}
 	return "?";
 }
@@ -77,7 +81,9 @@ readme_table(char *out, size_t size)
 				APPEND(" (%s)", p->zero);
 		}
 		APPEND(" | ");
-		if (p->kind == OPUS_PARAM_TEXTS)
+		if (p->kind == OPUS_PARAM_NAME || p->kind == OPUS_PARAM_BOOL)
+			APPEND("%s", p->doc ? p->doc : "any");
+		else if (p->kind == OPUS_PARAM_TEXTS)
 			APPEND("up to %d strings of %s .. %s bytes", OPUS_PARAM_MAX_STOP, lo, hi);
 		else if (p->lo_end == OPUS_PARAM_CLOSED && p->hi_end == OPUS_PARAM_CLOSED)
 			APPEND("%s .. %s", lo, hi);
@@ -92,7 +98,7 @@ readme_table(char *out, size_t size)
 			APPEND("any");
 		if (p->zero && p->dflt != 0)
 			APPEND("; 0 = %s", p->zero);
-		if (p->doc)
+		if (p->doc && p->kind != OPUS_PARAM_NAME && p->kind != OPUS_PARAM_BOOL)
 			APPEND("; %s", p->doc);
 		APPEND(" |\n");
 	}
