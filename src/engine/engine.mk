@@ -181,11 +181,16 @@ build/unit/%: test/unit/%.c $(ENGINE_SAN_OBJS) test/unit/unit.h test/unit/unit_f
 	@mkdir -p $(dir $@)
 	$(ENGINE_CC) $(ENGINE_CFLAGS_BASE) -iquote test/unit $(ENGINE_SAN) $< $(ENGINE_SAN_OBJS) -o $@ $(ENGINE_LIBS)
 
-.PHONY: engine unit
+.PHONY: engine unit check-layers
 engine: build/opus_engine
 
+# The include rules between the engine's folders (src/engine/README.md):
+# each folder's README.md `may include:` line against every #include.
+check-layers:
+	python3 test/tools/check_layers.py src/engine
+
 # Each unit test prints "N passed, N failed" and exits non-zero on failure.
-unit: $(UNIT_BINS)
+unit: check-layers $(UNIT_BINS)
 	@fail=0; for t in $(UNIT_BINS); do \
 		echo "== $$t"; \
 		OPUS_MODEL=$(abspath $(DEFAULT_MODEL)) $$t || fail=1; \
@@ -235,7 +240,7 @@ FUZZ_SRCS_jinja := $(wildcard src/engine/text/jinja_*.c) src/engine/base/status.
 # the whole engine but the type table and kernels, AVX2 paths included
 # (matmul_avx2.c's VNNI kernels need gcc's per-function target attributes)
 FUZZ_SRCS_model := $(filter-out src/engine/quant/qtype.c src/engine/quant/quant_ref.c src/engine/quant/quant_avx2.c \
-	src/engine/cpu/matmul_avx2.c src/engine/cli/cli_run.c src/engine/runtime/serve.c,$(ENGINE_SRCS)) $(SHARED_SRCS)
+	src/engine/cpu/matmul_avx2.c src/engine/cli/%.c src/engine/runtime/serve.c,$(ENGINE_SRCS)) $(SHARED_SRCS)
 FUZZ_FLAGS_model := $(AVX2_FLAGS)
 FUZZ_LIBS_model := build/engine/cpu/matmul_avx2.o -lutf8proc
 FUZZ_LIBS_tokenizer := -lutf8proc

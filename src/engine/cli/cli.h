@@ -6,8 +6,8 @@
  *
  *   run       cli_run.c      generate a completion for a prompt
  *   bench     cli_run.c      prefill / decode tokens per second
- *   quantize  quantize.c     write a GGUF in another tensor type
- *   serve     serve.c        the supervisor's engine (protocol on a socket fd)
+ *   quantize  cmd_quantize.c write a GGUF in another tensor type
+ *   serve     cmd_serve.c    the supervisor's engine (protocol on a socket fd)
  *   logits    cli_run.c      dump top logits for goldens / tests
  *   genmodel  cli_genmodel.c write a random-weight GGUF with real model shapes
  */

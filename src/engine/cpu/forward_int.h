@@ -133,22 +133,4 @@ opus_mm_rows_fn opus_mm_rows_avx2(enum opus_qtype wtype, int C, bool allow_vnni)
 void		opus_mm_scatter_avx2(const float *out, int64_t n, int cc, float *const *dst,
 								 const float *bias, bool accumulate);
 
-/*
- * llama.cpp sums K-quant matmuls in orders that depend on the number of
- * tokens (activation rows) in the matmul (quant_ref.c and quant_avx2.c
- * describe them): Q5_K/Q6_K one way (vec_dot) for fewer than
- * OPUS_LLAMA_TILED_MIN_ROWS tokens and another for more; Q4_K matrices whose
- * row count is not a multiple of 8 two ways of their own (the one for few
- * tokens with the AVX2 kernels only); repacked Q4_K (row count a multiple of 8)
- * vec_dot's way for whole groups of 4 tokens and another for the n_tok % 4
- * last ones.  With opus_ctx_params.llama_batch_order the forward pass uses
- * the returned dot product (vec_dot's arguments) for tokens *from ..
- * *until - 1 of a matmul of n_tok tokens with weights of this type and
- * n_rows rows, vec_dot for the others.  NULL (range empty): vec_dot's order
- * is llama.cpp's for any n_tok.
- */
-#define OPUS_LLAMA_TILED_MIN_ROWS 8
-opus_vec_dot_fn opus_vec_dot_llama_batch(enum opus_qtype type, int64_t n_rows, int n_tok,
-										 int *from, int *until);
-
 #endif							/* OPUS_FORWARD_INT_H */

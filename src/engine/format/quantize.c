@@ -1,6 +1,7 @@
 /*
- * quantize.c - `opus_engine quantize IN.gguf OUT.gguf TYPE`: rewrite a GGUF
- * model with its weight matrices in another tensor type.
+ * quantize.c - rewrite a GGUF model with its weight matrices in another
+ * tensor type (quantize.h; the command is `opus_engine quantize`,
+ * cli/cmd_quantize.c).
  *
  * The rules follow llama.cpp's quantizer so that llama.cpp loads the result:
  *  - every metadata key is copied verbatim, except general.file_type, which
@@ -22,8 +23,6 @@
  * any thread count.  Memory: the input is mapped; the output is assembled by
  * the GGUF writer (which holds the converted tensors until it writes the
  * file); scratch is one f32 row per thread.
- *
- * Exit status: 0 ok, 1 error (message from the engine), 2 usage.
  */
 #include <pthread.h>
 #include <stdio.h>
@@ -31,11 +30,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "cli/cli.h"
-#include "format/gguf.h"
-#include "quant/qtype.h"
+#include "format/quantize.h"
 
-#define MAX_THREADS 64
+#define MAX_THREADS OPUS_QUANTIZE_MAX_THREADS
 
 /* target types: name, llama.cpp file type (LLAMA_FTYPE_*) */
 static const struct
@@ -57,16 +54,6 @@ static const struct
 };
 
 #define N_TARGETS (sizeof(targets) / sizeof(targets[0]))
-
-static void
-usage(void)
-{
-	fprintf(stderr,
-			"usage: opus_engine quantize [--threads N] IN.gguf OUT.gguf TYPE\n"
-			"\n"
-			"  TYPE is one of F32 F16 BF16 Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 Q4_K Q5_K Q6_K\n"
-			"  (K-quants fall back to Q5_0/Q5_1/Q8_0 for rows not a multiple of 256)\n");
-}
 
 static bool
 ends_with(const char *s, const char *suffix)
@@ -245,27 +232,36 @@ copy_metadata(const struct opus_gguf *g, struct opus_gguf_writer *w,
 	return OPUS_OK;
 }
 
-struct quantize_stats
+bool
+opus_quantize_target(int type_id, uint32_t *ftype)
 {
-	int64_t		n_converted;
-	int64_t		n_copied;
-	int64_t		n_fallback;
-	unsigned long long in_bytes;
-	unsigned long long out_bytes;
-};
+	for (size_t i = 0; i < N_TARGETS; i++)
+	{
+		if ((int) targets[i].type == type_id)
+		{
+			if (ftype != NULL)
+				*ftype = targets[i].ftype;
+			return true;
+		}
+	}
+	return false;
+}
 
-static enum opus_status
-quantize_file(const char *in, const char *out, enum opus_qtype target,
-			  uint32_t ftype, int n_threads, struct quantize_stats *stats,
-			  struct opus_error *err)
+enum opus_status
+opus_quantize_file(const char *in, const char *out, enum opus_qtype target,
+				   int n_threads, struct opus_quantize_stats *stats,
+				   struct opus_error *err)
 {
 	struct opus_gguf *g = NULL;
 	struct opus_gguf_writer *w = NULL;
 	enum opus_status st;
+	uint32_t	ftype;
 	bool		quantized = target != OPUS_TYPE_F32 && target != OPUS_TYPE_F16 &&
 		target != OPUS_TYPE_BF16;
 
 	memset(stats, 0, sizeof(*stats));
+	if (!opus_quantize_target((int) target, &ftype))
+		return opus_error_set(err, OPUS_ERR_UNSUPPORTED, "unsupported target type %d", (int) target);
 	st = opus_gguf_open(in, &g, err);
 	if (st != OPUS_OK)
 		return st;
@@ -327,94 +323,4 @@ quantize_file(const char *in, const char *out, enum opus_qtype target,
 	opus_gguf_writer_free(w);
 	opus_gguf_close(g);
 	return st;
-}
-
-int
-opus_cli_quantize(int argc, char **argv)
-{
-	const char *pos[3];
-	int			npos = 0;
-	int			n_threads = 0;
-	int			type_id;
-	uint32_t	ftype = 0;
-	bool		known = false;
-	struct opus_error err = {0};
-	struct quantize_stats stats;
-	enum opus_status st;
-
-	for (int i = 1; i < argc; i++)
-	{
-		if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0)
-		{
-			usage();
-			return 0;
-		}
-		if (strcmp(argv[i], "--threads") == 0 || strcmp(argv[i], "-t") == 0)
-		{
-			char	   *end;
-			long		v;
-
-			if (i + 1 >= argc)
-			{
-				usage();
-				return 2;
-			}
-			v = strtol(argv[++i], &end, 10);
-			if (*end != '\0' || v < 1 || v > MAX_THREADS)
-			{
-				fprintf(stderr, "opus_engine quantize: --threads must be 1..%d\n", MAX_THREADS);
-				return 2;
-			}
-			n_threads = (int) v;
-			continue;
-		}
-		if (npos == 3 || (argv[i][0] == '-' && argv[i][1] != '\0'))
-		{
-			usage();
-			return 2;
-		}
-		pos[npos++] = argv[i];
-	}
-	if (npos != 3)
-	{
-		usage();
-		return 2;
-	}
-	type_id = opus_qtype_from_name(pos[2]);
-	for (size_t i = 0; i < N_TARGETS; i++)
-	{
-		if ((int) targets[i].type == type_id)
-		{
-			known = true;
-			ftype = targets[i].ftype;
-		}
-	}
-	if (!known)
-	{
-		fprintf(stderr, "opus_engine quantize: unsupported type \"%s\"\n", pos[2]);
-		usage();
-		return 2;
-	}
-	if (n_threads == 0)
-	{
-		long		ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-
-		n_threads = ncpu < 1 ? 1 : (ncpu > 16 ? 16 : (int) ncpu);
-	}
-
-	opus_qtype_init_cpu(false);
-	st = quantize_file(pos[0], pos[1], (enum opus_qtype) type_id, ftype, n_threads,
-					   &stats, &err);
-	if (st != OPUS_OK)
-	{
-		fprintf(stderr, "opus_engine quantize: %s: %s\n", opus_status_name(st), err.msg);
-		return 1;
-	}
-	fprintf(stderr,
-			"opus_engine quantize: wrote %s (%s): %lld tensors converted (%lld by fallback), %lld copied, %.1f MiB -> %.1f MiB\n",
-			pos[1], opus_qtype_info((uint32_t) type_id)->name,
-			(long long) stats.n_converted, (long long) stats.n_fallback,
-			(long long) stats.n_copied, stats.in_bytes / 1048576.0,
-			stats.out_bytes / 1048576.0);
-	return 0;
 }

@@ -26,7 +26,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "cpu/forward_int.h"
+#include "quant/qtype.h"
 #include "quant/quant_blocks.h"
 #include "quant/quant_kernels.h"
 

@@ -1,6 +1,6 @@
 /*
- * serve.c - `opus_engine serve --fd N`: the engine side of the supervisor
- * protocol (src/protocol.h).
+ * serve.c - the engine side of the supervisor protocol (src/protocol.h),
+ * run by `opus_engine serve --fd N` (cli/cmd_serve.c) through opus_serve.
  *
  * The opus_pg supervisor starts this program with one end of a socketpair
  * as file descriptor N.  The conversation: read HELLO, load the model named
@@ -50,11 +50,11 @@
 #include <unistd.h>
 
 #include "text/chat.h"
-#include "cli/cli.h"
 #include "model/model.h"
 #include "protocol.h"
 #include "quant/qtype.h"
 #include "runtime/scheduler.h"
+#include "runtime/serve.h"
 #include "base/status.h"
 #include "text/tokenizer.h"
 
@@ -1101,7 +1101,7 @@ serve_loop(struct serve *s)
 }
 
 int
-opus_cli_serve(int argc, char **argv)
+opus_serve(int fd, int kv_fd)
 {
 	struct serve s;
 	struct opus_proto_header h;
@@ -1109,44 +1109,8 @@ opus_cli_serve(int argc, char **argv)
 	struct opus_proto_ready ready;
 	struct opus_error err = {0};
 	const char *why = NULL;
-	int			fd = -1;
-	int			kv_fd = -1;
 	int			rc;
 
-	for (int i = 1; i < argc; i++)
-	{
-		if ((strcmp(argv[i], "--fd") == 0 || strcmp(argv[i], "--kv-fd") == 0) &&
-			i + 1 < argc)
-		{
-			char	   *end;
-			bool		is_kv = argv[i][2] == 'k';
-			long		v = strtol(argv[++i], &end, 10);
-
-			if (*end != '\0' || v < 0 || v > 65535)
-				v = -1;
-			if (is_kv)
-				kv_fd = (int) v;
-			else
-				fd = (int) v;
-		}
-		else if (strcmp(argv[i], "--help") == 0)
-		{
-			printf("usage: opus_engine serve --fd N [--kv-fd M]\n"
-				   "Serves the opus_pg supervisor over the connected socket N (src/protocol.h),\n"
-				   "with the KV cache in the shared-memory file M when given.\n");
-			return 0;
-		}
-		else
-		{
-			fprintf(stderr, "usage: opus_engine serve --fd N\n");
-			return 2;
-		}
-	}
-	if (fd < 0 || fcntl(fd, F_GETFD) < 0)
-	{
-		fprintf(stderr, "usage: opus_engine serve --fd N (N an open socket)\n");
-		return 2;
-	}
 	signal(SIGPIPE, SIG_IGN);
 
 	memset(&s, 0, sizeof(s));
