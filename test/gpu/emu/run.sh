@@ -17,7 +17,7 @@ cd "$(dirname "$0")/../../.."
 OUT=build/gpu/emu
 SAN="-O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined"
 CUDA_INC=${CUDA_HOME:-/usr/local/cuda}/include
-make -s -f src/engine/engine.mk build/gpu/test_gpu_fake build/gpu/fake/libfakecublas.so
+make -s -f src/engine/engine.mk -f test/test.mk build/gpu/test_gpu_fake build/gpu/fake/libfakecublas.so
 mkdir -p $OUT
 for f in kernels/*.cu; do
 	b=$(basename "$f" .cu)
