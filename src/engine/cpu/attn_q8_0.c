@@ -93,7 +93,7 @@ opus_fwd_attend_q8_0_ref(const struct opus_attn_args *a)
 		}
 		for (int p = 0; p < n; p++)
 		{
-			s[p] = s[p] * a->scale;
+			s[p] = p < a->kv0 ? -INFINITY : s[p] * a->scale;
 			if (s[p] > max)
 				max = s[p];
 		}

@@ -314,7 +314,12 @@ attend_n(const int NH, const struct opus_attn_args *a)
 	}
 
 	for (int h = 0; h < NH; h++)
+	{
+		/* the sliding window: earlier positions masked as llama.cpp does (-inf) */
+		for (int p = 0; p < a->kv0; p++)
+			a->scores[(size_t) h * stride + p] = -INFINITY;
 		softmax_ggml(a->scores + (size_t) h * stride, n_kv, true);
+	}
 
 	/* output, 32 (or a last 16) dimensions at a time */
 	for (int dc = 0; dc < hd; dc += 32)
@@ -452,7 +457,12 @@ attend_q8_n(const int NH, const struct opus_attn_args *a)
 	}
 
 	for (int h = 0; h < NH; h++)
+	{
+		/* the sliding window: earlier positions masked as llama.cpp does (-inf) */
+		for (int p = 0; p < a->kv0; p++)
+			a->scores[(size_t) h * stride + p] = -INFINITY;
 		softmax_ggml(a->scores + (size_t) h * stride, n_kv, false);
+	}
 
 	/* output: 16 dimensions at a time (NH x 2 accumulators stay in registers) */
 	for (int dc = 0; dc < hd; dc += 16)

@@ -70,6 +70,38 @@ opus_fwd_swiglu_ref(float *h, const float *g, const float *u, int64_t i0,
 }
 
 /*
+ * h[i] = gelu(g[i]) * u[i] for i in [i0, i1): ggml's CPU geglu, which reads
+ * GELU from a table over F16 inputs: g rounded to F16, the tanh
+ * approximation 0.5 x (1 + tanh(sqrt(2/pi) x (1 + 0.044715 x^2))) of that
+ * value in float, rounded to F16; 0 at or below -10 and the identity at or
+ * above 10.
+ */
+void
+opus_fwd_geglu_ref(float *h, const float *g, const float *u, int64_t i0,
+				   int64_t i1, int64_t n)
+{
+	(void) n;
+	for (int64_t i = i0; i < i1; i++)
+	{
+		float		x = g[i];
+
+		if (x <= -10.0f)
+			h[i] = 0.0f;
+		else if (x >= 10.0f)
+			h[i] = x * u[i];
+		else
+		{
+			float		xr = opus_fp16_to_fp32(opus_fp32_to_fp16(x));
+			float		y = 0.5f * xr *
+				(1.0f + tanhf(0.79788456080286535587989211986876f * xr *
+							  (1.0f + 0.044715f * xr * xr)));
+
+			h[i] = opus_fp16_to_fp32(opus_fp32_to_fp16(y)) * u[i];
+		}
+	}
+}
+
+/*
  * Sum of 16 floats the way ggml's AVX-512 reductions add (the upper 8
  * lanes to the lower, then 4, then 2, then 1).
  */
@@ -169,7 +201,7 @@ opus_fwd_attend_ref(const struct opus_attn_args *a)
 					dot += (double) (opus_fp16_to_fp32(opus_fp32_to_fp16(q[d])) *
 									 opus_fp16_to_fp32(kb[(size_t) d * bs]));
 			}
-			s[p] = (float) dot * a->scale;
+			s[p] = p < a->kv0 ? -INFINITY : (float) dot * a->scale;
 			if (s[p] > max)
 				max = s[p];
 		}

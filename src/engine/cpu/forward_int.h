@@ -32,6 +32,7 @@ struct opus_attn_args
 	int			n_h;
 	int			hd;				/* head size, a multiple of 16 for the AVX2 kernel */
 	int			n_kv;			/* positions attended: 0..n_kv-1 */
+	int			kv0;			/* positions before kv0 masked (sliding window), else 0 */
 	float		scale;			/* 1 / sqrt(hd) */
 	int			bs;				/* positions per KV block */
 	const uint8_t *kv_mem;		/* the block pool */
@@ -88,6 +89,9 @@ float		opus_ggml_expf(float x);
 void		opus_fwd_attend_ref(const struct opus_attn_args *a);
 void		opus_fwd_swiglu_ref(float *h, const float *g, const float *u,
 								int64_t i0, int64_t i1, int64_t n);
+/* gemma3's GeGLU: h[i] = gelu_tanh(g[i]) * u[i], as ggml's CPU geglu (F16 table). */
+void		opus_fwd_geglu_ref(float *h, const float *g, const float *u,
+							   int64_t i0, int64_t i1, int64_t n);
 void		opus_fwd_swiglu_avx2(float *h, const float *g, const float *u,
 								 int64_t i0, int64_t i1, int64_t n);
 

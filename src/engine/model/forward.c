@@ -106,6 +106,9 @@ struct opus_fwd_state
 	size_t		xs_stride;		/* floats per group of 8 tokens: 2 * 8 * blocks of the widest row */
 	float	   *rope_cos;		/* [n_batch][rope_dim / 2] */
 	float	   *rope_sin;		/* [n_batch][rope_dim / 2] */
+	float	   *rope_cos_swa;	/* gemma3 local layers (rope_freq_base_swa), else NULL */
+	float	   *rope_sin_swa;
+	float	   *tmp;			/* gemma3: [n_batch][n_embd] Wo / Wdown output before its post norm */
 	float	   *scores;			/* [n_threads][scores_stride] attention weights */
 	size_t		scores_stride;	/* ATTN_MAX_HEADS * (n_ctx rounded up to 16) */
 
@@ -531,14 +534,13 @@ ffn_fused(struct wctx *w, struct mm_job *ffn, int n_tok, const struct act *in,
  * frequency factor and multiplied by the linear scale.
  */
 static void
-rope_tables(struct opus_fwd_state *fs, const struct opus_model *m, int t)
+rope_table(const struct opus_model *m, int pos, float base, float freq_scale,
+		   float *cs, float *sn)
 {
 	const struct opus_hparams *hp = &m->hp;
 	int			half = hp->rope_dim / 2;
-	float		theta_scale = powf(hp->rope_freq_base, -2.0f / hp->rope_dim);
-	float		theta = (float) fs->pos[t];
-	float	   *cs = fs->rope_cos + (size_t) t * half;
-	float	   *sn = fs->rope_sin + (size_t) t * half;
+	float		theta_scale = powf(base, -2.0f / hp->rope_dim);
+	float		theta = (float) pos;
 
 	for (int i = 0; i < half; i++)
 	{
@@ -546,11 +548,25 @@ rope_tables(struct opus_fwd_state *fs, const struct opus_model *m, int t)
 
 		if (m->rope_freqs)
 			th /= m->rope_freqs[i];
-		th *= hp->rope_freq_scale;
+		th *= freq_scale;
 		cs[i] = cosf(th);
 		sn[i] = sinf(th);
 		theta *= theta_scale;
 	}
+}
+
+/* Token t's tables; gemma3's local layers have their own base and no scaling. */
+static void
+rope_tables(struct opus_fwd_state *fs, const struct opus_model *m, int t)
+{
+	const struct opus_hparams *hp = &m->hp;
+	size_t		off = (size_t) t * (hp->rope_dim / 2);
+
+	rope_table(m, fs->pos[t], hp->rope_freq_base, hp->rope_freq_scale,
+			   fs->rope_cos + off, fs->rope_sin + off);
+	if (fs->rope_cos_swa)
+		rope_table(m, fs->pos[t], hp->rope_freq_base_swa, 1.0f,
+				   fs->rope_cos_swa + off, fs->rope_sin_swa + off);
 }
 
 /*
@@ -663,7 +679,9 @@ attend(struct opus_fwd_state *fs, int layer, int t, int h0, int n_h, float *scor
 		.n_h = n_h,
 		.hd = hd,
 		.n_kv = fs->pos[t] + 1,
-		.scale = 1.0f / sqrtf((float) hd),
+		.kv0 = fs->c->model->layers[layer].swa && fs->pos[t] + 1 > hp->n_swa ?
+		fs->pos[t] + 1 - hp->n_swa : 0,
+		.scale = hp->attn_scale > 0.0f ? hp->attn_scale : 1.0f / sqrtf((float) hd),
 		.bs = kv->block_size,
 		.kv_mem = kv->mem,
 		.block_bytes = kv->block_bytes,
@@ -826,6 +844,26 @@ moe_layer(struct wctx *w, const struct opus_layer *L, int il)
 	step_barrier(w);
 }
 
+/* gemma3: x += rmsnorm(tmp) * norm_w, every token (tmp holds Wo's or Wdown's output). */
+static void
+post_norm_add(struct wctx *w, const float *norm_w)
+{
+	struct opus_fwd_state *fs = w->fs;
+	const struct opus_hparams *hp = &fs->c->model->hp;
+	int			E = hp->n_embd;
+
+	for (int t = w->ith; t < fs->n_tok; t += w->nth)
+	{
+		float	   *y = fs->tmp + (size_t) t * E;
+		float	   *x = fs->x + (size_t) t * E;
+
+		rmsnorm(y, y, norm_w, E, hp->norm_eps);
+		for (int i = 0; i < E; i++)
+			x[i] = y[i] + x[i];
+	}
+	step_barrier(w);
+}
+
 static void
 forward_worker(void *arg, int ith, int nth)
 {
@@ -852,8 +890,13 @@ forward_worker(void *arg, int ith, int nth)
 	/* embeddings and RoPE tables */
 	for (int t = ith; t < N; t += nth)
 	{
+		float	   *xt = fs->x + (size_t) t * E;
+
 		m->tok_embd.qi->to_float(m->tok_embd.data + (size_t) fs->tok[t] * m->tok_embd.row_bytes,
-								 fs->x + (size_t) t * E, E);
+								 xt, E);
+		if (hp->embd_scale > 0.0f)
+			for (int i = 0; i < E; i++)
+				xt[i] = xt[i] * hp->embd_scale;
 		rope_tables(fs, m, t);
 	}
 	step_barrier(&w);
@@ -866,12 +909,17 @@ forward_worker(void *arg, int ith, int nth)
 			{.w = &L->wk,.dst = fs->k,.ld = kv_dim,.bias = L->bk},
 			{.w = &L->wv,.dst = fs->v,.ld = kv_dim,.bias = L->bv},
 		};
-		struct mm_job wo = {.w = &L->wo,.dst = fs->x,.ld = E,.accumulate = true};
+		/* gemma3: Wo and Wdown write tmp, normalized and added to x after */
+		struct mm_job wo = {.w = &L->wo,.dst = L->attn_post_norm ? fs->tmp : fs->x,.ld = E,
+		.accumulate = !L->attn_post_norm};
 		struct mm_job ffn[2] = {
 			{.w = &L->w_gate,.dst = fs->gate,.ld = F},
 			{.w = &L->w_up,.dst = fs->up,.ld = F},
 		};
-		struct mm_job down = {.w = &L->w_down,.dst = fs->x,.ld = E,.accumulate = true};
+		struct mm_job down = {.w = &L->w_down,.dst = L->ffn_post_norm ? fs->tmp : fs->x,.ld = E,
+		.accumulate = !L->ffn_post_norm};
+		const float *rcos = L->swa ? fs->rope_cos_swa : fs->rope_cos;
+		const float *rsin = L->swa ? fs->rope_sin_swa : fs->rope_sin;
 		enum opus_qtype wo_type = L->wo.qi->vec_dot_type;
 		/* (a MoE layer has no dense feed-forward: its types are unused) */
 		enum opus_qtype down_type = L->is_moe ? OPUS_TYPE_F32 : L->w_down.qi->vec_dot_type;
@@ -904,9 +952,9 @@ forward_worker(void *arg, int ith, int nth)
 				if (L->attn_q_norm)
 					qk_norm(fs, L, t);
 				rope_apply(fs->q + (size_t) t * q_dim, hp->n_head, hd, hp->rope_dim, neox,
-						   fs->rope_cos + (size_t) t * half, fs->rope_sin + (size_t) t * half);
+						   rcos + (size_t) t * half, rsin + (size_t) t * half);
 				rope_apply(fs->k + (size_t) t * kv_dim, hp->n_head_kv, hd, hp->rope_dim, neox,
-						   fs->rope_cos + (size_t) t * half, fs->rope_sin + (size_t) t * half);
+						   rcos + (size_t) t * half, rsin + (size_t) t * half);
 				for (int g = 0; g < hp->n_head_kv; g++)
 					store_kv(fs, il, t, g);
 			}
@@ -930,10 +978,10 @@ forward_worker(void *arg, int ith, int nth)
 				/* the whole group is this unit's: rope its q heads and k, store k, v */
 				rope_apply(fs->q + (size_t) t * q_dim + (size_t) h0 * hd, n_h, hd,
 						   hp->rope_dim, neox,
-						   fs->rope_cos + (size_t) t * half, fs->rope_sin + (size_t) t * half);
+						   rcos + (size_t) t * half, rsin + (size_t) t * half);
 				rope_apply(fs->k + (size_t) t * kv_dim + (size_t) g * hd, 1, hd,
 						   hp->rope_dim, neox,
-						   fs->rope_cos + (size_t) t * half, fs->rope_sin + (size_t) t * half);
+						   rcos + (size_t) t * half, rsin + (size_t) t * half);
 				store_kv(fs, il, t, g);
 			}
 			attend(fs, il, t, h0, n_h, scores);
@@ -955,6 +1003,8 @@ forward_worker(void *arg, int ith, int nth)
 		}
 		matmul(&w, &wo, 1, N, fs->shared);
 		step_barrier(&w);
+		if (L->attn_post_norm)
+			post_norm_add(&w, L->attn_post_norm);
 
 		if (L->is_moe)
 		{
@@ -990,6 +1040,8 @@ forward_worker(void *arg, int ith, int nth)
 		/* x += Wdown h */
 		matmul(&w, &down, 1, N, fs->shared);
 		step_barrier(&w);
+		if (L->ffn_post_norm)
+			post_norm_add(&w, L->ffn_post_norm);
 	}
 
 	/* logits for the requested tokens only */
@@ -1110,6 +1162,13 @@ opus_fwd_state_create(struct opus_ctx *c, struct opus_error *err)
 	}
 	ALLOC(fs->rope_cos, B * (hp->rope_dim / 2 + 1));
 	ALLOC(fs->rope_sin, B * (hp->rope_dim / 2 + 1));
+	if (hp->n_swa > 0)
+	{
+		ALLOC(fs->rope_cos_swa, B * (hp->rope_dim / 2 + 1));
+		ALLOC(fs->rope_sin_swa, B * (hp->rope_dim / 2 + 1));
+	}
+	if (m->layers[0].attn_post_norm)
+		ALLOC(fs->tmp, B * E);
 	fs->scores_stride = 3 * (((size_t) c->params.n_ctx + 15) / 16 * 16);
 	ALLOC(fs->scores, (size_t) c->params.n_threads * fs->scores_stride);
 	ALLOC(fs->out_tok, B);
@@ -1167,6 +1226,8 @@ opus_fwd_state_create(struct opus_ctx *c, struct opus_error *err)
 		fs->act_q8_0 = opus_act_q8_0_ref;
 		fs->act_q8_1 = opus_act_q8_1_ref;
 	}
+	if (hp->arch == OPUS_ARCH_GEMMA3)
+		fs->swiglu = opus_fwd_geglu_ref;	/* the feed-forward's activation: GELU */
 	return OPUS_OK;
 }
 
@@ -1204,6 +1265,9 @@ opus_fwd_state_free(struct opus_fwd_state *fs)
 	free(fs->priv_xn);
 	free(fs->rope_cos);
 	free(fs->rope_sin);
+	free(fs->rope_cos_swa);
+	free(fs->rope_sin_swa);
+	free(fs->tmp);
 	free(fs->scores);
 	free(fs->out_tok);
 	free(fs->out_rows);

@@ -26,6 +26,7 @@ static const char *const arch_names[OPUS_ARCH__COUNT] = {
 	[OPUS_ARCH_QWEN2MOE] = "qwen2moe",
 	[OPUS_ARCH_QWEN3MOE] = "qwen3moe",
 	[OPUS_ARCH_OLMOE] = "olmoe",
+	[OPUS_ARCH_GEMMA3] = "gemma3",
 };
 
 /* ---- metadata helpers ---- */
@@ -315,6 +316,37 @@ read_hparams(const struct opus_gguf *g, const char *path,
 			hp->rope_freq_scale = 1.0f / factor;
 		}
 	}
+	if (hp->arch == OPUS_ARCH_GEMMA3)
+	{
+		int64_t		swa = 0;
+		char		key[128];
+
+		/*
+		 * As llama.cpp reads Gemma 3: with a sliding window, 5 of every 6
+		 * layers are local (window, RoPE base 10000, no scaling), every
+		 * 6th global; queries scaled by 1 / sqrt(key_length) (the 27B
+		 * model's n_embd / n_head is not handled); embeddings times
+		 * sqrt(n_embd); no final logit softcapping.
+		 */
+		snprintf(key, sizeof(key), "%s.attention.sliding_window", a);
+		st = opus_gguf_get_i64(g, key, &swa, err);
+		if (st != OPUS_OK && st != OPUS_ERR_NOT_FOUND)
+			return st;
+		if (st == OPUS_ERR_NOT_FOUND)
+			swa = 0;
+		if (swa < 0 || swa > (1 << 24))
+			return opus_error_set(err, OPUS_ERR_FORMAT,
+								  "model metadata \"%s\" = %lld out of range 0..%d",
+								  key, (long long) swa, 1 << 24);
+		hp->n_swa = (int32_t) swa;
+		hp->swa_pattern = swa > 0 ? 6 : 0;
+		hp->rope_freq_base_swa = 10000.0f;
+		hp->attn_scale = 1.0f / sqrtf((float) hp->head_dim);
+		hp->embd_scale = sqrtf((float) hp->n_embd);
+		if (hp->n_layer == 62)
+			return opus_error_set(err, OPUS_ERR_UNSUPPORTED,
+								  "gemma3 27B (query scale from n_embd / n_head) is not supported");
+	}
 	return opus_moe_read_hparams(g, hp, err);
 }
 
@@ -380,7 +412,7 @@ opus_model_load(const char *path, const struct opus_load_params *params,
 
 	/* f32 vectors: output_norm, rope_freqs, 2 norms + 3 biases + q/k norms per layer */
 	n_floats = hp->n_embd + hp->rope_dim / 2 +
-		(int64_t) hp->n_layer * (2 * hp->n_embd + 2 * q_dim + 3 * kv_dim);
+		(int64_t) hp->n_layer * (4 * hp->n_embd + 2 * q_dim + 3 * kv_dim);
 	m->owned = malloc((size_t) n_floats * sizeof(float));
 	m->layers = calloc(hp->n_layer, sizeof(struct opus_layer));
 	if (!m->owned || !m->layers)
@@ -419,7 +451,9 @@ opus_model_load(const char *path, const struct opus_load_params *params,
 		bool		bias = (hp->arch == OPUS_ARCH_QWEN2);
 		int64_t		qn = hp->arch == OPUS_ARCH_OLMOE ? q_dim : hp->head_dim;
 		int64_t		kn = hp->arch == OPUS_ARCH_OLMOE ? kv_dim : hp->head_dim;
-		bool		qk_norm = (hp->arch == OPUS_ARCH_QWEN3MOE || hp->arch == OPUS_ARCH_OLMOE);
+		bool		gemma = (hp->arch == OPUS_ARCH_GEMMA3);
+		bool		qk_norm = (hp->arch == OPUS_ARCH_QWEN3MOE || hp->arch == OPUS_ARCH_OLMOE ||
+							   gemma);
 
 #define TN(suffix) (snprintf(name, sizeof(name), "blk.%d.%s", il, suffix), name)
 		L->attn_norm = fp;
@@ -435,6 +469,19 @@ opus_model_load(const char *path, const struct opus_load_params *params,
 			(st = find_matrix(g, TN("attn_v.weight"), hp->n_embd, kv_dim, true, &L->wv, err)) ||
 			(st = find_matrix(g, TN("attn_output.weight"), q_dim, hp->n_embd, true, &L->wo, err)))
 			goto fail;
+		/* gemma3: norms on the outputs of attention and feed-forward */
+		L->attn_post_norm = fp;
+		fp += hp->n_embd;
+		L->ffn_post_norm = fp;
+		fp += hp->n_embd;
+		if ((st = load_vector(g, TN("post_attention_norm.weight"), hp->n_embd, gemma,
+							  L->attn_post_norm, &found, err)) ||
+			(st = load_vector(g, TN("post_ffw_norm.weight"), hp->n_embd, gemma,
+							  L->ffn_post_norm, &found, err)))
+			goto fail;
+		if (!gemma)
+			L->attn_post_norm = L->ffn_post_norm = NULL;
+		L->swa = hp->n_swa > 0 && il % hp->swa_pattern < hp->swa_pattern - 1;
 		if (hp->n_expert == 0)
 		{
 			if ((st = find_matrix(g, TN("ffn_gate.weight"), hp->n_embd, hp->n_ff, true, &L->w_gate, err)) ||

@@ -37,6 +37,8 @@ enum opus_arch
 	OPUS_ARCH_QWEN2MOE,			/* qwen2 + experts + gated shared expert */
 	OPUS_ARCH_QWEN3MOE,			/* NeoX RoPE, per-head q/k norms, experts */
 	OPUS_ARCH_OLMOE,			/* NeoX RoPE, whole-row q/k norms, experts */
+	OPUS_ARCH_GEMMA3,			/* NeoX RoPE, per-head q/k norms, post norms, GeGLU,
+								 * sliding-window layers, scaled embeddings */
 	OPUS_ARCH__COUNT
 };
 
@@ -69,6 +71,12 @@ struct opus_hparams
 	int32_t		n_ff_shexp;		/* the shared expert's (qwen2moe), else 0 */
 	bool		expert_weights_norm;	/* top-k weights renormalised to sum 1 */
 	float		expert_weights_scale;	/* top-k weights multiplied by this */
+	/* gemma3 (all 0 otherwise: every layer global, scale 1 / sqrt(head_dim)) */
+	int32_t		n_swa;			/* sliding window of the local layers, 0 = none */
+	int32_t		swa_pattern;	/* layer il is local when il % pattern < pattern - 1 */
+	float		rope_freq_base_swa; /* RoPE base of the local layers */
+	float		attn_scale;		/* query scale (0: 1 / sqrt(head_dim)) */
+	float		embd_scale;		/* token embeddings multiplied by this (0: 1) */
 };
 
 struct opus_model;

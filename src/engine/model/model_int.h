@@ -36,6 +36,9 @@ struct opus_layer
 	float	   *attn_q_norm;	/* qwen3moe: [head_dim] per head; olmoe: [n_head * head_dim]; else NULL */
 	float	   *attn_k_norm;	/* qwen3moe: [head_dim] per head; olmoe: [n_head_kv * head_dim] */
 	float	   *ffn_norm;		/* [n_embd] */
+	float	   *attn_post_norm;	/* gemma3: [n_embd] on Wo's output, else NULL */
+	float	   *ffn_post_norm;	/* gemma3: [n_embd] on Wdown's output, else NULL */
+	bool		swa;			/* gemma3 local layer: sliding window, rope_freq_base_swa */
 	/* dense feed-forward (zeroed in a MoE layer) */
 	struct opus_wmat w_gate;	/* [n_ff][n_embd] */
 	struct opus_wmat w_up;		/* [n_ff][n_embd] */
