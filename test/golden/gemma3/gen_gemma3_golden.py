@@ -1,0 +1,116 @@
+#!/usr/bin/env python3
+"""
+gen_gemma3_golden.py - llama.cpp (through llama-cpp-python) as the oracle for
+the engine's gemma3 architecture on the real Gemma 3 270M file
+(models/gemma-3-270m-q4_k_m.gguf, `make model-gemma3`).
+
+Writes gemma3.txt next to this script: for each prompt (the default model's
+golden prompts, test/golden/logits/make_goldens.py, with its two ChatML
+prompts replaced by Gemma turn markup, plus a few more):
+
+  prompt     llama.cpp's token ids (add_bos as the model says: BOS 2)
+  cont       its greedy continuation (argmax, up to MAX_NEW tokens, ending
+             after an end-of-generation token), prompt in one batch, then
+             one token per llama_decode
+  cont_margin  top1 - top2 logit at each greedy step
+  tf_top1    teacher forcing: prompt + cont in ONE batch, logits for every
+             position; the top-1 token after each position
+  tf_margin  top1 - top2 logit at each of those positions
+  cont_text  the continuation's text (escaped as in make_goldens.py)
+
+The check is test/unit/test_gemma3.c.  Usage, from the repository root:
+  python3 test/golden/gemma3/gen_gemma3_golden.py
+"""
+
+import os
+import sys
+
+import numpy as np
+import llama_cpp
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "logits"))
+import make_goldens as mg  # noqa: E402  (PROMPTS, escape, sha256)
+
+MODEL = os.path.join("models", "gemma-3-270m-q4_k_m.gguf")
+MAX_NEW = 16
+N_THREADS = 2
+N_CTX = 128
+
+CHAT = [
+    (1, "<start_of_turn>user\nGive me three tips for sleeping better."
+        "<end_of_turn>\n<start_of_turn>model\n"),
+    (1, "<start_of_turn>user\nWhat is 2+2?<end_of_turn>\n"
+        "<start_of_turn>model\n"),
+    (1, "<start_of_turn>user\nWrite a haiku about PostgreSQL.<end_of_turn>\n"
+        "<start_of_turn>model\n"),
+    (0, "<start_of_turn>user\nHello<end_of_turn>\n<start_of_turn>model\n"),
+]
+# kept small: llama-cpp-python's logits_all makes every step copy the
+# 262k-entry rows, and the check runs under the sanitizers in `make unit`
+PROMPTS = [p for p in mg.PROMPTS if "<|im_start|>" not in p[1]][:8] + CHAT[:2]
+
+
+def main():
+    path = MODEL
+    llm = llama_cpp.Llama(model_path=path, n_ctx=N_CTX, n_batch=N_CTX,
+                          n_ubatch=N_CTX, n_threads=N_THREADS,
+                          n_threads_batch=N_THREADS, logits_all=True,
+                          verbose=False)
+    vocab = llama_cpp.llama_model_get_vocab(llm._model.model)
+    recs = []
+    for i, (special, text) in enumerate(PROMPTS):
+        ptoks = llm.tokenize(text.encode("utf-8"), add_bos=True,
+                             special=bool(special))
+        llm.reset()
+        llm.eval(ptoks)
+        cont, margins = [], []
+        for _ in range(MAX_NEW):
+            row = np.array(llm.scores[llm.n_tokens - 1], dtype=np.float32)
+            tok = int(np.argmax(row))
+            top2 = np.partition(row, -2)[-2:]
+            margins.append(float(top2[1] - top2[0]))
+            cont.append(tok)
+            if llama_cpp.llama_vocab_is_eog(vocab, tok):
+                break
+            llm.eval([tok])
+        # teacher forcing: everything in one batch
+        llm.reset()
+        seq = ptoks + cont
+        llm.eval(seq)
+        tf1, tfm = [], []
+        for p in range(len(seq)):
+            row = np.array(llm.scores[p], dtype=np.float32)
+            tf1.append(int(np.argmax(row)))
+            top2 = np.partition(row, -2)[-2:]
+            tfm.append(float(top2[1] - top2[0]))
+        ctext = llm.detokenize(cont, special=False)
+        recs.append((special, text, ptoks, cont, margins, tf1, tfm, ctext))
+        print("%2d: %d+%d %r" % (i, len(ptoks), len(cont), ctext[:60]),
+              file=sys.stderr)
+    out = os.path.join(HERE, "gemma3.txt")
+    with open(out, "w", encoding="utf-8") as f:
+        f.write("# opus_pg golden: gemma3 greedy + teacher-forced top-1\n")
+        f.write("# made by test/golden/gemma3/gen_gemma3_golden.py with "
+                "llama-cpp-python %s (n_threads %d, n_batch %d)\n"
+                % (llama_cpp.__version__, N_THREADS, N_CTX))
+        f.write("model %s\n" % os.path.basename(path))
+        f.write("sha256 %s\n" % mg.sha256(path))
+        f.write("max_new %d\n" % MAX_NEW)
+        f.write("n_prompts %d\n" % len(recs))
+        for i, (special, text, ptoks, cont, margins, tf1, tfm, ctext) in \
+                enumerate(recs):
+            f.write("P %d special %d\n" % (i, special))
+            f.write("text %s\n" % mg.escape(text.encode("utf-8")))
+            f.write("prompt %d %s\n" % (len(ptoks), " ".join(map(str, ptoks))))
+            f.write("cont %d %s\n" % (len(cont), " ".join(map(str, cont))))
+            f.write("cont_margin %d %s\n" % (len(margins), " ".join(
+                "%.4f" % m for m in margins)))
+            f.write("tf_top1 %d %s\n" % (len(tf1), " ".join(map(str, tf1))))
+            f.write("tf_margin %d %s\n" % (len(tfm), " ".join(
+                "%.4f" % m for m in tfm)))
+            f.write("cont_text %s\n" % mg.escape(ctext))
+
+
+if __name__ == "__main__":
+    main()
