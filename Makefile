@@ -9,7 +9,7 @@
 
 EXTENSION = opus_pg opus_pg_proxy
 MODULE_big = opus_pg
-OBJS = $(patsubst %.c,%.o,$(sort $(wildcard src/pg/*.c))) src/params.o
+OBJS = $(patsubst %.c,%.o,$(sort $(wildcard src/pg/*.c))) src/params.o src/protocol.o
 # Versions (docs/upgrade.md).  EXTVERSION is the control file's
 # default_version; the library is built with it (OPUS_PG_VERSION) and refuses
 # to run against another installed SQL version.  The install script of

@@ -27,7 +27,7 @@ AVX2_FLAGS := -mavx2 -mfma -mf16c
 
 # src/*.c next to the wire format: plain C both sides link (the extension
 # lists them in the top-level Makefile's OBJS).
-SHARED_SRCS := src/params.c
+SHARED_SRCS := src/params.c src/protocol.c
 ENGINE_OBJS := $(patsubst src/engine/%.c,build/engine/%.o,$(ENGINE_SRCS)) \
 	$(patsubst src/%.c,build/shared/%.o,$(SHARED_SRCS))
 ENGINE_SAN_OBJS := $(patsubst src/engine/%.c,build/engine-san/%.o,$(ENGINE_SRCS)) \

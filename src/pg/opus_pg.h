@@ -99,6 +99,8 @@ typedef struct OpusSlot
 
 	/* Written by the backend while FILLING, read by the supervisor. */
 	uint32		payload_len;	/* SUBMIT payload bytes at the start of buf */
+	struct opus_proto_params params;	/* as encoded there (the request log) */
+	uint16		n_stop;			/* stop strings encoded there */
 
 	/* Written by the supervisor while RUNNING, read by the backend at DONE/ERROR. */
 	uint32		result_len;		/* TEXT or TOKENS bytes at the start of buf */
@@ -300,7 +302,8 @@ typedef struct OpusResult
 
 extern void OpusRunRequest(const OpusRequest *req, OpusResult *res);
 extern void OpusCheckRequestSize(const OpusRequest *req);
-extern uint32 OpusEncodeRequest(const OpusRequest *req, char *buf, Size cap);
+extern uint32 OpusEncodeRequest(const OpusRequest *req, char *buf, Size cap,
+								 struct opus_proto_params *sent);
 extern int	OpusClaimSlot(uint8 kind, bool async, uint64 *id_out, bool missing_ok);
 extern void OpusSubmitSlot(OpusSlot *slot, const OpusRequest *req, TimestampTz start);
 extern void OpusAbandonRequest(uint64 id);

@@ -136,11 +136,13 @@ data_size(const OpusRequest *req)
 }
 
 /*
- * Encode req as a SUBMIT payload into buf (cap bytes); returns its length.
- * Also used by the supervisor for a new model version's warm-up prompts.
+ * Encode req as a SUBMIT payload into buf (cap bytes); returns its length,
+ * and the parameters as sent in *sent (when not NULL).  Also used by the
+ * supervisor for a new model version's warm-up prompts.
  */
 uint32
-OpusEncodeRequest(const OpusRequest *req, char *buf, Size cap)
+OpusEncodeRequest(const OpusRequest *req, char *buf, Size cap,
+				  struct opus_proto_params *sent)
 {
 	struct opus_proto_params params;
 	struct opus_proto_tenant tenant;
@@ -182,6 +184,8 @@ OpusEncodeRequest(const OpusRequest *req, char *buf, Size cap)
 	}
 	if (w.overflow)
 		elog(ERROR, "opus_pg: request encoding overflowed its buffer");
+	if (sent)
+		*sent = params;
 	return (uint32) w.len;
 }
 
@@ -324,7 +328,9 @@ OpusCheckRequestSize(const OpusRequest *req)
 void
 OpusSubmitSlot(OpusSlot *slot, const OpusRequest *req, TimestampTz start)
 {
-	slot->payload_len = OpusEncodeRequest(req, OpusSlotBuf(slot), OpusShared->slot_buf_size);
+	slot->payload_len = OpusEncodeRequest(req, OpusSlotBuf(slot), OpusShared->slot_buf_size,
+										  &slot->params);
+	slot->n_stop = (uint16) req->n_stop;
 	slot->result_len = 0;
 	slot->err_code = 0;
 	slot->model = (uint8) req->model;

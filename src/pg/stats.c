@@ -630,17 +630,8 @@ OpusStatsRequestSent(int i)
 
 	t->id = slot->request_id;
 	t->sent_at = now;
-	{
-		struct opus_proto_submit m;
-		const char *why = NULL;
-
-		if (opus_proto_parse_submit((const uint8_t *) OpusSlotBuf(slot), slot->payload_len,
-									&m, &why))
-		{
-			t->params = m.params;
-			t->n_stop = m.n_stop;
-		}
-	}
+	t->params = slot->params;	/* as the backend encoded them */
+	t->n_stop = slot->n_stop;
 	t->logged = sample_for_log();
 	if (t->logged)
 	{

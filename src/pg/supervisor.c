@@ -1327,7 +1327,7 @@ send_canaries(EngineProc *p)
 		req.params.seed = 1;
 		req.text = prompt;
 		req.text_len = strlen(prompt);
-		len = OpusEncodeRequest(&req, buf, sizeof(buf));
+		len = OpusEncodeRequest(&req, buf, sizeof(buf), NULL);
 		send_frame(p, OPUS_MSG_SUBMIT, ((uint64) (k + 1)) << 32, buf, len);
 		p->warm_len[k] = 0;
 		p->warm_text[k][0] = '\0';
