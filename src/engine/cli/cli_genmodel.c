@@ -63,6 +63,7 @@
 
 #include "cli/cli.h"
 #include "format/gguf.h"
+#include "format/quantize.h"
 #include "model/moe.h"
 #include "quant/qtype.h"
 #include "quant/quant_blocks.h"
@@ -111,27 +112,6 @@ static const struct shape shapes[] = {
 };
 
 #define N_SHAPES (sizeof(shapes) / sizeof(shapes[0]))
-
-/* weight types and llama.cpp's file type numbers (as quantize.c) */
-static const struct
-{
-	enum opus_qtype type;
-	uint32_t	ftype;
-}			targets[] = {
-	{OPUS_TYPE_F32, 0},
-	{OPUS_TYPE_F16, 1},
-	{OPUS_TYPE_Q4_0, 2},
-	{OPUS_TYPE_Q4_1, 3},
-	{OPUS_TYPE_Q8_0, 7},
-	{OPUS_TYPE_Q5_0, 8},
-	{OPUS_TYPE_Q5_1, 9},
-	{OPUS_TYPE_Q4_K, 15},
-	{OPUS_TYPE_Q5_K, 17},
-	{OPUS_TYPE_Q6_K, 18},
-	{OPUS_TYPE_BF16, 32},
-};
-
-#define N_TARGETS (sizeof(targets) / sizeof(targets[0]))
 
 static void
 usage(FILE *f)
@@ -1042,26 +1022,6 @@ add_bool(struct opus_gguf_writer *w, const char *key, bool v, struct opus_error 
 
 /* ---- tensors ---- */
 
-/* The type a matrix with rows of n elements is written in (quantize.c's rule). */
-static enum opus_qtype
-matrix_type(int64_t n, enum opus_qtype target)
-{
-	enum opus_qtype type = target;
-
-	if (n % 256 != 0)
-	{
-		if (type == OPUS_TYPE_Q4_K)
-			type = OPUS_TYPE_Q5_0;
-		else if (type == OPUS_TYPE_Q5_K)
-			type = OPUS_TYPE_Q5_1;
-		else if (type == OPUS_TYPE_Q6_K)
-			type = OPUS_TYPE_Q8_0;
-	}
-	if (n % opus_qtype_info(type)->block_size != 0)
-		type = OPUS_TYPE_F16;
-	return type;
-}
-
 struct model_spec
 {
 	struct shape sh;
@@ -1110,7 +1070,7 @@ add_spec(struct model_spec *m, const char *name, int n_dims, int64_t ne0, int64_
 }
 
 #define MAT(name, n_in, n_out) \
-	add_spec(m, name, 2, n_in, n_out, 1, matrix_type(n_in, m->type), KIND_MATRIX, \
+	add_spec(m, name, 2, n_in, n_out, 1, opus_quantize_row_type(n_in, m->type), KIND_MATRIX, \
 			 1.0f / sqrtf((float) (n_in)), err)
 
 /* Every tensor of the model, in llama.cpp's order. */
@@ -1155,13 +1115,13 @@ build_specs(struct model_spec *m, struct opus_error *err)
 			TRY(add_spec(m, TN("ffn_gate_inp.weight"), 2, sh->n_embd, sh->n_expert, 1,
 						 OPUS_TYPE_F32, KIND_MATRIX, 1.0f / sqrtf((float) sh->n_embd), err));
 			TRY(add_spec(m, TN("ffn_gate_exps.weight"), 3, sh->n_embd, sh->n_ff, sh->n_expert,
-						 matrix_type(sh->n_embd, m->type), KIND_MATRIX,
+						 opus_quantize_row_type(sh->n_embd, m->type), KIND_MATRIX,
 						 1.0f / sqrtf((float) sh->n_embd), err));
 			TRY(add_spec(m, TN("ffn_down_exps.weight"), 3, sh->n_ff, sh->n_embd, sh->n_expert,
-						 matrix_type(sh->n_ff, m->type), KIND_MATRIX,
+						 opus_quantize_row_type(sh->n_ff, m->type), KIND_MATRIX,
 						 1.0f / sqrtf((float) sh->n_ff), err));
 			TRY(add_spec(m, TN("ffn_up_exps.weight"), 3, sh->n_embd, sh->n_ff, sh->n_expert,
-						 matrix_type(sh->n_embd, m->type), KIND_MATRIX,
+						 opus_quantize_row_type(sh->n_embd, m->type), KIND_MATRIX,
 						 1.0f / sqrtf((float) sh->n_embd), err));
 		}
 #undef TN
@@ -1179,9 +1139,7 @@ add_metadata(struct opus_gguf_writer *w, const struct model_spec *m, uint64_t se
 	char		name[160];
 	uint32_t	ftype = 0;
 
-	for (size_t i = 0; i < N_TARGETS; i++)
-		if (targets[i].type == m->type)
-			ftype = targets[i].ftype;
+	(void) opus_quantize_target((int) m->type, &ftype);
 	snprintf(name, sizeof(name), "opus genmodel %s %s seed %llu (random weights)",
 			 sh->name, opus_qtype_info(m->type)->name, (unsigned long long) seed);
 #define TRY(x) do { if ((st = (x)) != OPUS_OK) return st; } while (0)
@@ -1602,16 +1560,10 @@ opus_cli_genmodel(int argc, char **argv)
 	}
 	qt = opus_qtype_from_name(type_name);
 	m.type = (enum opus_qtype) qt;
+	if (qt < 0 || !opus_quantize_target(qt, NULL))
 	{
-		bool		ok = false;
-
-		for (size_t i = 0; i < N_TARGETS && qt >= 0; i++)
-			ok |= targets[i].type == m.type;
-		if (!ok)
-		{
-			fprintf(stderr, "genmodel: unsupported type \"%s\"\n", type_name);
-			return 2;
-		}
+		fprintf(stderr, "genmodel: unsupported type \"%s\"\n", type_name);
+		return 2;
 	}
 	if (shrink > 1)
 	{

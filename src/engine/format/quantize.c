@@ -64,20 +64,12 @@ ends_with(const char *s, const char *suffix)
 	return ls >= lx && strcmp(s + ls - lx, suffix) == 0;
 }
 
-/* The type a tensor is written in (see the header comment). */
-static enum opus_qtype
-output_type(const struct opus_gguf_tensor *t, enum opus_qtype target)
+enum opus_qtype
+opus_quantize_row_type(int64_t n, enum opus_qtype target)
 {
 	enum opus_qtype type = target;
-	const struct opus_qtype_info *qi;
 
-	if (t->n_dims < 2)
-		return OPUS_TYPE_F32;
-	if (!ends_with(t->name, "weight"))
-		return t->type;
-	if (strstr(t->name, "ffn_gate_inp") != NULL)
-		return OPUS_TYPE_F32;
-	if (t->ne[0] % 256 != 0)
+	if (n % 256 != 0)
 	{
 		if (type == OPUS_TYPE_Q4_K)
 			type = OPUS_TYPE_Q5_0;
@@ -86,10 +78,22 @@ output_type(const struct opus_gguf_tensor *t, enum opus_qtype target)
 		else if (type == OPUS_TYPE_Q6_K)
 			type = OPUS_TYPE_Q8_0;
 	}
-	qi = opus_qtype_info(type);
-	if (t->ne[0] % qi->block_size != 0)
+	if (n % opus_qtype_info(type)->block_size != 0)
 		type = OPUS_TYPE_F16;
 	return type;
+}
+
+/* The type a tensor is written in (see the header comment). */
+static enum opus_qtype
+output_type(const struct opus_gguf_tensor *t, enum opus_qtype target)
+{
+	if (t->n_dims < 2)
+		return OPUS_TYPE_F32;
+	if (!ends_with(t->name, "weight"))
+		return t->type;
+	if (strstr(t->name, "ffn_gate_inp") != NULL)
+		return OPUS_TYPE_F32;
+	return opus_quantize_row_type(t->ne[0], target);
 }
 
 /* ---- row conversion, split over threads ---- */

@@ -31,6 +31,14 @@ struct opus_quantize_stats
 bool		opus_quantize_target(int type_id, uint32_t *ftype);
 
 /*
+ * The type a weight matrix with rows of n elements is stored in for target
+ * type target: llama.cpp's fallbacks for K-quants on rows not a multiple of
+ * 256 (Q4_K -> Q5_0, Q5_K -> Q5_1, Q6_K -> Q8_0), then F16 for rows not a
+ * multiple of the type's block size.
+ */
+enum opus_qtype opus_quantize_row_type(int64_t n, enum opus_qtype target);
+
+/*
  * Write in's tensors to out in type target (opus_quantize_target must
  * accept it) with n_threads threads (1..OPUS_QUANTIZE_MAX_THREADS); the
  * output bytes do not depend on n_threads.
