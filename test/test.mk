@@ -80,7 +80,7 @@ FUZZ_CFLAGS := -g -O1 -std=gnu11 -D_GNU_SOURCE -iquote src/engine -iquote src \
 # and kernels are linked from the gcc build, uninstrumented.
 FUZZ_GCC_OBJS := build/engine/quant/qtype.o build/engine/quant/quant_ref.o build/engine/quant/quant_avx2.o
 FUZZ_SRCS_gguf := src/engine/format/gguf.c src/engine/base/status.c
-FUZZ_SRCS_tokenizer := src/engine/text/tokenizer.c src/engine/text/tok_encode.c src/engine/text/unicode.c \
+FUZZ_SRCS_tokenizer := src/engine/text/tokenizer.c src/engine/text/tok_encode.c src/engine/text/tok_wpm.c src/engine/text/unicode.c \
 	src/engine/format/gguf.c src/engine/format/gguf_write.c src/engine/base/status.c
 FUZZ_SRCS_protocol := $(SHARED_SRCS)
 FUZZ_SRCS_chat := src/engine/text/chat.c src/engine/base/status.c

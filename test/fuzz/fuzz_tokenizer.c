@@ -2,7 +2,7 @@
  * fuzz_tokenizer.c - libFuzzer target for the tokenizer.
  *
  * The first input byte picks the vocabulary (the committed SentencePiece
- * test vocabulary, or the default model's byte-level BPE vocabulary with
+ * or WordPiece test vocabulary, or the default model's byte-level BPE vocabulary with
  * one of its pre-tokenizers when OPUS_MODEL is set) and the add_special /
  * parse_special flags; the rest is the text.  Each input is encoded, the ids
  * are decoded with and without special tokens, every piece is rendered and
@@ -16,6 +16,7 @@
  *   clang -g -O1 -std=gnu11 -D_GNU_SOURCE -iquote src/engine \
  *       -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
  *       test/fuzz/fuzz_tokenizer.c src/engine/text/tokenizer.c src/engine/text/tok_encode.c \
+ *       src/engine/text/tok_wpm.c \
  *       src/engine/text/unicode.c src/engine/format/gguf.c src/engine/format/gguf_write.c \
  *       src/engine/base/status.c build/engine/quant/qtype.o build/engine/quant/quant_ref.o \
  *       build/engine/quant/quant_avx2.o -lutf8proc -lm -lpthread -o build/fuzz/fuzz_tokenizer
@@ -82,6 +83,11 @@ LLVMFuzzerInitialize(int *argc, char ***argv)
 		fprintf(stderr, "run from the repository root\n");
 		abort();
 	}
+	opus_gguf_close(g);
+	g = NULL;
+	if (opus_gguf_open("test/golden/tokenizer/wpm-vocab.gguf", &g, NULL) != OPUS_OK ||
+		opus_tokenizer_load(g, &toks[n_toks++], NULL) != OPUS_OK)
+		abort();
 	opus_gguf_close(g);
 	if (model && opus_gguf_open(model, &g, NULL) == OPUS_OK)
 	{

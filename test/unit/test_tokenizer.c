@@ -8,7 +8,10 @@
  * exactly.  The default model's vocabulary is also checked with its
  * pre-tokenizer replaced (llama-bpe, qwen2, gpt-2, default): the test builds
  * that variant GGUF itself with the GGUF writer, as the generator did.  The
- * SentencePiece golden uses the small committed spm-vocab.gguf.
+ * SentencePiece golden uses the small committed spm-vocab.gguf, the
+ * WordPiece one the committed wpm-vocab.gguf (cut from all-MiniLM-L6-v2's
+ * vocabulary by gen_wpm_golden.py); minilm.golden needs the model itself
+ * (make model-minilm; OPUS_MINILM names it, skipped when absent).
  *
  * Run from the repository root; OPUS_MODEL names the default model (the
  * model-based parts are skipped without it).
@@ -500,8 +503,10 @@ test_load_errors(void)
 		  strcmp(msg, "1:4") == 0, "tiny BPE vocabulary: %s", msg);
 	CHECK(load_synthetic("gpt2", NULL, bpe, 5, -1, true, msg) == OPUS_OK,
 		  "missing pre-tokenizer is not the default one: %s", msg);
-	CHECK(load_synthetic("bert", NULL, bpe, 5, -1, true, msg) == OPUS_ERR_UNSUPPORTED,
-		  "tokenizer model bert accepted");
+	CHECK(load_synthetic("t5", NULL, bpe, 5, -1, true, msg) == OPUS_ERR_UNSUPPORTED,
+		  "tokenizer model t5 accepted");
+	CHECK(load_synthetic("bert", NULL, bpe, 5, -1, true, msg) == OPUS_ERR_FORMAT,
+		  "WordPiece vocabulary without [UNK] accepted");
 	CHECK(load_synthetic("gpt2", "no-such-pre", bpe, 5, -1, true, msg) == OPUS_ERR_UNSUPPORTED,
 		  "unknown pre-tokenizer accepted");
 	CHECK(load_synthetic("gpt2", "gpt-2", bpe, 5, -1, false, msg) == OPUS_ERR_FORMAT,
@@ -703,6 +708,52 @@ test_utf8_stream(void)
 	}
 }
 
+/* WordPiece edge cases on the small vocabulary (ids from wpm-vocab.gguf). */
+static void
+test_wpm_edges(const struct opus_tokenizer *t)
+{
+	static const struct
+	{
+		const char *in;
+		int			n;			/* tokens with add_special */
+	}			cases[] = {
+		{"", 2},				/* [CLS] [SEP] */
+		{" \t\n ", 2},		/* whitespace only */
+		{"\x01\x7f\xef\xbb\xbf", 2},	/* controls, BOM: dropped */
+		{"\xff\xfe", 2},		/* invalid UTF-8: dropped */
+		{"!!!", 5},				/* each punctuation mark a word */
+		{"\xe4\xb8\xad\xe6\x96\x87", 4},	/* CJK: one word each */
+	};
+	int32_t		ids[64];
+	int64_t		n;
+	struct opus_error err = {0};
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+	{
+		CHECK(opus_tokenizer_encode(t, cases[i].in, strlen(cases[i].in), true, false,
+									ids, 64, &n, &err) == OPUS_OK, "wpm encode: %s", err.msg);
+		CHECK(n == cases[i].n, "wpm case %zu: %lld tokens, want %d", i, (long long) n,
+			  cases[i].n);
+		CHECK(n >= 2 && ids[0] == opus_tokenizer_bos(t), "wpm case %zu: no [CLS] first", i);
+	}
+	/* a word with a character outside the vocabulary is one [UNK] */
+	CHECK(opus_tokenizer_encode(t, "abc\xe2\x98\x83" "def", 9, false, false, ids, 64, &n,
+								&err) == OPUS_OK && n == 1, "wpm: unknown char word: %lld", (long long) n);
+	/* a very long word: no limit, no crash */
+	{
+		size_t		L = 100000;
+		char	   *w = malloc(L);
+		int32_t    *big = malloc(L * sizeof(int32_t));
+
+		memset(w, 'a', L);
+		CHECK(opus_tokenizer_encode(t, w, L, false, false, big, (int64_t) L, &n, &err) == OPUS_OK,
+			  "wpm long word: %s", err.msg);
+		CHECK(n >= 1, "wpm long word: %lld tokens", (long long) n);
+		free(w);
+		free(big);
+	}
+}
+
 int
 main(void)
 {
@@ -723,6 +774,30 @@ main(void)
 			test_roundtrip(t, true, 3000);
 			opus_tokenizer_free(t);
 		}
+	}
+
+	/* WordPiece: a small committed vocabulary, and the real one if present */
+	{
+		struct opus_tokenizer *t = load_tok(GOLDEN_DIR "wpm-vocab.gguf", NULL);
+		const char *mini = getenv("OPUS_MINILM");
+
+		if (t)
+		{
+			run_golden(t, GOLDEN_DIR "wpm.golden");
+			test_api(t);
+			test_wpm_edges(t);
+			opus_tokenizer_free(t);
+		}
+		if (!mini || !*mini)
+			mini = "models/all-MiniLM-L6-v2.gguf";
+		if (access(mini, R_OK) == 0 && (t = load_tok(mini, NULL)) != NULL)
+		{
+			run_golden(t, GOLDEN_DIR "minilm.golden");
+			test_speed(t);
+			opus_tokenizer_free(t);
+		}
+		else
+			printf("skipping minilm.golden: %s absent (make model-minilm)\n", mini);
 	}
 
 	if (!model || access(model, R_OK) != 0)

@@ -979,6 +979,24 @@ opus_tokenizer_encode(const struct opus_tokenizer *t, const char *text,
 	if (!partition_special(t, text, len, parse_special, &frags))
 		e.failed = true;
 
+	if (t->kind == KIND_WPM)
+	{
+		/* llama.cpp: add_special means [CLS] text [SEP], whatever add_bos says */
+		if (add_special && t->bos >= 0)
+			push_token(&e, t->bos);
+		for (size_t i = 0; i < frags.n && !e.failed; i++)
+		{
+			struct frag *f = &((struct frag *) frags.p)[i];
+
+			if (f->tok >= 0)
+				push_token(&e, f->tok);
+			else if (!opus_wpm_tokenize(t, text + f->off, f->len, &e.out))
+				e.failed = true;
+		}
+		if (add_special && t->sep >= 0)
+			push_token(&e, t->sep);
+		goto done;
+	}
 	if (add_special && t->add_bos)
 		push_token(&e, t->bos);
 	if (t->kind == KIND_BPE)
@@ -1017,6 +1035,7 @@ opus_tokenizer_encode(const struct opus_tokenizer *t, const char *text,
 	if (add_special && t->add_eos)
 		push_token(&e, t->eos);
 
+done:
 	if (e.failed)
 		st = opus_error_set(err, OPUS_ERR_NOMEM, "out of memory while tokenizing");
 	else if (e.status != OPUS_OK)

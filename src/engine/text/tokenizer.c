@@ -222,7 +222,7 @@ render_piece(const struct opus_tokenizer *t, int32_t id, struct buf *out)
 		return buf_put(out, s, n);
 	if (a & ATTR_NORMAL)
 	{
-		if (t->kind == KIND_SPM)
+		if (t->kind == KIND_SPM || t->kind == KIND_WPM)
 		{
 			for (size_t i = 0; i < n; i++)
 			{
@@ -421,6 +421,8 @@ load_vocab(struct opus_tokenizer *t, const struct opus_gguf *g,
 		memcpy(t->text + pos, s, len);
 		t->text_off[i] = pos;
 		t->text_len[i] = (uint32_t) len;
+		if (len > t->max_token_len)
+			t->max_token_len = (uint32_t) len;
 		pos += len;
 		h = hash_bytes(HASH_INIT, s, len);
 		slot = h & t->vocab.mask;
@@ -543,6 +545,7 @@ setup_special(struct opus_tokenizer *t, const struct opus_gguf *g)
 	read_special_id(g, "tokenizer.ggml.eom_token_id", t->n_vocab, &t->eom);
 	read_special_id(g, "tokenizer.ggml.unknown_token_id", t->n_vocab, &t->unk);
 	read_special_id(g, "tokenizer.ggml.padding_token_id", t->n_vocab, &t->pad);
+	read_special_id(g, "tokenizer.ggml.seperator_token_id", t->n_vocab, &t->sep);
 	read_special_id(g, "tokenizer.ggml.fim_pad_token_id", t->n_vocab, &fim_pad);
 	read_special_id(g, "tokenizer.ggml.fim_rep_token_id", t->n_vocab, &fim_rep);
 	read_special_id(g, "tokenizer.ggml.fim_sep_token_id", t->n_vocab, &fim_sep);
@@ -609,6 +612,9 @@ setup_special(struct opus_tokenizer *t, const struct opus_gguf *g)
 	}
 	if (t->eos >= 0)
 		t->eog[t->eos] = 1;
+	/* llama.cpp reports a WordPiece vocabulary's [PAD] as end of generation */
+	if (t->kind == KIND_WPM && t->pad >= 0)
+		t->eog[t->pad] = 1;
 	if (t->eot >= 0)
 		t->eog[t->eot] = 1;
 	if (t->eom >= 0)
@@ -653,7 +659,7 @@ opus_tokenizer_load(const struct opus_gguf *g, struct opus_tokenizer **out,
 	t = calloc(1, sizeof(*t));
 	if (!t)
 		return opus_error_set(err, OPUS_ERR_NOMEM, "out of memory");
-	t->eot = t->eom = t->pad = -1;
+	t->eot = t->eom = t->pad = t->sep = -1;
 	init_byte_map(t);
 
 	if (model_len == 4 && memcmp(model, "gpt2", 4) == 0)
@@ -685,6 +691,19 @@ opus_tokenizer_load(const struct opus_gguf *g, struct opus_tokenizer **out,
 		t->add_space_prefix = true;
 		t->clean_spaces = false;
 	}
+	else if (model_len == 4 && memcmp(model, "bert", 4) == 0)
+	{
+		/* llama.cpp's defaults for WordPiece */
+		t->kind = KIND_WPM;
+		t->bos = 101;			/* [CLS] */
+		t->eos = -1;
+		t->unk = 100;
+		t->sep = 102;
+		t->pad = 0;
+		t->add_bos = false;
+		t->add_space_prefix = false;
+		t->clean_spaces = true;
+	}
 	else
 	{
 		st = opus_error_set(err, OPUS_ERR_UNSUPPORTED, "unsupported tokenizer model \"%.*s\"",
@@ -704,6 +723,11 @@ opus_tokenizer_load(const struct opus_gguf *g, struct opus_tokenizer **out,
 	if (t->add_bos && t->bos < 0)
 	{
 		st = opus_error_set(err, OPUS_ERR_FORMAT, "add_bos_token is set but there is no bos token");
+		goto fail;
+	}
+	if (t->kind == KIND_WPM && t->unk < 0)
+	{
+		st = opus_error_set(err, OPUS_ERR_FORMAT, "WordPiece vocabulary without an unknown token");
 		goto fail;
 	}
 	if (t->add_eos && t->eos < 0)

@@ -2,8 +2,9 @@
  * tokenizer.h - text <-> token ids from GGUF tokenizer metadata.
  *
  * Families: `gpt2` byte-level BPE (pre-tokenizers selected by
- * tokenizer.ggml.pre: smollm, llama-bpe/llama3, qwen2, gpt2/default) and
- * `llama` SentencePiece (score-based merges with <0xXX> byte fallback).
+ * tokenizer.ggml.pre: smollm, llama-bpe/llama3, qwen2, gpt2/default),
+ * `llama` SentencePiece (score-based merges with <0xXX> byte fallback) and
+ * `bert` WordPiece (tok_wpm.c; add_special gives [CLS] ... [SEP]).
  * Behaviour matches llama.cpp's llama_tokenize / llama_token_to_piece, which
  * is the oracle for the goldens in test/golden/.
  *

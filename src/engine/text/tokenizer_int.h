@@ -2,7 +2,7 @@
  * tokenizer_int.h - internals shared by tokenizer.c (loading, decoding) and
  * tok_encode.c (pre-tokenizers, BPE and SentencePiece merging, encode).
  *
- * Not part of the engine API: only those two files include it.  A loaded
+ * Not part of the engine API: only those files and tok_wpm.c include it.  A loaded
  * struct opus_tokenizer is immutable; the lookup helpers here only read it.
  */
 #ifndef OPUS_TOKENIZER_INT_H
@@ -34,7 +34,8 @@
 enum tok_kind
 {
 	KIND_BPE,
-	KIND_SPM
+	KIND_SPM,
+	KIND_WPM					/* WordPiece ("bert"), tok_wpm.c */
 };
 
 enum tok_pre
@@ -85,7 +86,9 @@ struct opus_tokenizer
 				eot,
 				eom,
 				unk,
-				pad;
+				pad,
+				sep;			/* WPM: appended after the text */
+	uint32_t	max_token_len;	/* longest token text, bytes */
 	bool		add_bos;
 	bool		add_eos;
 	bool		add_space_prefix;
@@ -254,5 +257,12 @@ vec_reserve(struct vec *v, size_t n)
 	}
 	return true;
 }
+
+/*
+ * WordPiece-tokenize raw text (no special tokens added) and append the ids
+ * to out (int32_t elements).  False only when out of memory.
+ */
+bool		opus_wpm_tokenize(const struct opus_tokenizer *t, const char *text,
+							  size_t len, struct vec *out);
 
 #endif							/* OPUS_TOKENIZER_INT_H */
