@@ -22,7 +22,9 @@
  *     while everyone else keeps getting a token per step); while there are
  *     decodes in the batch, prefill tokens are also bounded by the step
  *     time target (opus_sched_set_step_target) at the measured cost per
- *     token, so the running requests' inter-token latency stays near it;
+ *     token, so the running requests' inter-token latency stays near it,
+ *     and short prompts go before long ones, so a small request's first
+ *     token does not wait for a long prompt's chunks;
  *  4. if the pool runs out (OPUS_ERR_CAPACITY), the sequence of the lowest
  *     priority holding the most blocks (the most recently admitted among
  *     equals) is preempted, which frees the most room per recomputation and
@@ -1277,6 +1279,9 @@ admit(struct opus_sched *s)
  * Fill s->items: a decode token for each generating sequence, then prefill
  * chunks, in admission order, up to max_batch tokens.  Returns the count.
  */
+/* Prompts with at most this many blocks left go before longer ones in a step. */
+#define SHORT_PREFILL_BLOCKS 4
+
 static int
 build_batch(struct opus_sched *s, int *n_logit_rows)
 {
@@ -1284,7 +1289,12 @@ build_batch(struct opus_sched *s, int *n_logit_rows)
 	int			budget = s->max_batch;
 	int			rows = 0;
 
-	for (int pass = 0; pass < 2; pass++)
+	/*
+	 * pass 0: decodes; pass 1: short prefills (at most SHORT_PREFILL_BLOCKS
+	 * blocks to go), so a small request's prompt is not queued behind a
+	 * long one's chunks; pass 2: the other prefills.
+	 */
+	for (int pass = 0; pass < 3; pass++)
 	{
 		/*
 		 * Prefill behind decodes: at most what fits the step time target
@@ -1309,6 +1319,8 @@ build_batch(struct opus_sched *s, int *n_logit_rows)
 			struct opus_batch_item *it;
 
 			if (r->finished || todo <= 0 || (pass == 0) != (todo == 1))
+				continue;
+			if (pass > 0 && (pass == 1) != (todo <= SHORT_PREFILL_BLOCKS * s->block_size))
 				continue;
 			chunk = todo < budget ? todo : budget;
 			it = &s->items[n];
