@@ -9,7 +9,10 @@
 #   client ITL   median gap between rows at the client;
 #   engine ITL   (engine_ms - ttft_ms) / (completion_tokens - 1).
 #
-# RUNS requests at 1 stream, then RUNS rounds of STREAMS concurrent streams;
+# Each client connection is warmed first with a one-token call (as a pooled
+# application connection would be: a new backend's first call loads its
+# catalog caches).  RUNS requests at 1 stream, then RUNS rounds of STREAMS
+# concurrent streams;
 # medians over all requests.  The difference client - engine is what the
 # PostgreSQL path adds (parse, slot, supervisor relay, flush).  Not a
 # pass/fail test.
@@ -69,7 +72,8 @@ run_round() {	# $1 = concurrent streams, $2 = round number
 	local pids=()
 	for s in $(seq 1 "$1"); do
 		local p=${prompts[$(((s + $2) % ${#prompts[@]}))]}
-		"$dir/stream_client" "$conn" \
+		STREAM_CLIENT_WARMUP="SELECT opus_generate_stream('Hi', max_tokens => 1)" \
+			"$dir/stream_client" "$conn" \
 			"SELECT opus_generate_stream_completion('$p', max_tokens => $TOKENS, temperature => 0, seed => $s)" \
 			>"$dir/out.$1.$2.$s" &
 		pids+=($!)

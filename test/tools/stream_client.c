@@ -15,6 +15,10 @@
  * the way a client that closes a stream early does, then prints
  * "CANCELLED <rows>".  Exit status: 0 OK or CANCELLED, 1 for a query error,
  * 2 for a usage or connection error.
+ *
+ * With STREAM_CLIENT_WARMUP set, that statement runs first on the same
+ * connection (untimed), as an application with a pooled, warm connection
+ * would have: a new backend's first call loads its catalog caches.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -91,6 +95,8 @@ main(int argc, char **argv)
 		PQfinish(conn);
 		return 2;
 	}
+	if (getenv("STREAM_CLIENT_WARMUP") != NULL)
+		PQclear(PQexec(conn, getenv("STREAM_CLIENT_WARMUP")));
 	t0 = now_ms();
 	if (!PQsendQuery(conn, argv[2]) || !PQsetSingleRowMode(conn))
 	{
