@@ -279,12 +279,31 @@ OpusServedModelName(int model)
 	return base;
 }
 
+/*
+ * The end of an OpenAI completion object after its choice's content:
+ * logprobs, finish_reason, usage and timings, closing the object.  Shared
+ * by the whole completions here and the last chunk of a stream (stream.c).
+ */
+void
+OpusAppendCompletionEnd(StringInfo buf, const OpusResult *res)
+{
+	appendStringInfo(buf, "\"logprobs\": null, \"finish_reason\": \"%s\"}], ",
+					 res->finish == OPUS_PROTO_FINISH_LENGTH ? "length" : "stop");
+	appendStringInfo(buf,
+					 "\"usage\": {\"prompt_tokens\": %d, \"completion_tokens\": %d, \"total_tokens\": %d, "
+					 "\"prompt_tokens_details\": {\"cached_tokens\": %d}}, ",
+					 res->n_prompt, res->n_completion, res->n_prompt + res->n_completion,
+					 res->n_cached);
+	appendStringInfo(buf,
+					 "\"timings\": {\"queue_ms\": %.3f, \"ttft_ms\": %.3f, \"engine_ms\": %.3f, \"total_ms\": %.3f}}",
+					 res->queue_ms, res->ttft_ms, res->total_ms, res->elapsed_ms);
+}
+
 Datum
 OpusCompletionJsonb(bool chat, const OpusResult *res)
 {
 	StringInfoData buf;
 	char	   *content = OpusTextFromUtf8(res->data, res->len);
-	const char *finish = res->finish == OPUS_PROTO_FINISH_LENGTH ? "length" : "stop";
 	uint64		r = pg_prng_uint64(&pg_global_prng_state);
 
 	initStringInfo(&buf);
@@ -308,15 +327,7 @@ OpusCompletionJsonb(bool chat, const OpusResult *res)
 		escape_json(&buf, content);
 		appendStringInfoString(&buf, ", ");
 	}
-	appendStringInfo(&buf, "\"logprobs\": null, \"finish_reason\": \"%s\"}], ", finish);
-	appendStringInfo(&buf,
-					 "\"usage\": {\"prompt_tokens\": %d, \"completion_tokens\": %d, \"total_tokens\": %d, "
-					 "\"prompt_tokens_details\": {\"cached_tokens\": %d}}, ",
-					 res->n_prompt, res->n_completion, res->n_prompt + res->n_completion,
-					 res->n_cached);
-	appendStringInfo(&buf,
-					 "\"timings\": {\"queue_ms\": %.3f, \"ttft_ms\": %.3f, \"engine_ms\": %.3f, \"total_ms\": %.3f}}",
-					 res->queue_ms, res->ttft_ms, res->total_ms, res->elapsed_ms);
+	OpusAppendCompletionEnd(&buf, res);
 	return DirectFunctionCall1(jsonb_in, CStringGetDatum(buf.data));
 }
 

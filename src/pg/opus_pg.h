@@ -318,6 +318,7 @@ extern char *OpusTextFromUtf8(const char *s, size_t len);
 extern void OpusCheckPromptSize(size_t len, const char *what_is);
 extern void OpusParseMessages(Jsonb *jb, OpusRequest *req);
 extern Datum OpusCompletionJsonb(bool chat, const OpusResult *res);
+extern void OpusAppendCompletionEnd(StringInfo buf, const OpusResult *res);
 extern void OpusParseGeneration(FunctionCallInfo fcinfo, uint8 kind, OpusRequest *req);
 extern char *OpusServedModelName(int model);
 

@@ -317,18 +317,7 @@ chunk_jsonb(OpusStream *st, const char *content, const OpusResult *res)
 	if (res == NULL)
 		appendStringInfoString(&buf, "\"logprobs\": null, \"finish_reason\": null}]}");
 	else
-	{
-		appendStringInfo(&buf, "\"logprobs\": null, \"finish_reason\": \"%s\"}], ",
-						 res->finish == OPUS_PROTO_FINISH_LENGTH ? "length" : "stop");
-		appendStringInfo(&buf,
-						 "\"usage\": {\"prompt_tokens\": %d, \"completion_tokens\": %d, \"total_tokens\": %d, "
-						 "\"prompt_tokens_details\": {\"cached_tokens\": %d}}, ",
-						 res->n_prompt, res->n_completion, res->n_prompt + res->n_completion,
-						 res->n_cached);
-		appendStringInfo(&buf,
-						 "\"timings\": {\"queue_ms\": %.3f, \"ttft_ms\": %.3f, \"engine_ms\": %.3f, \"total_ms\": %.3f}}",
-						 res->queue_ms, res->ttft_ms, res->total_ms, res->elapsed_ms);
-	}
+		OpusAppendCompletionEnd(&buf, res);
 	return DirectFunctionCall1(jsonb_in, CStringGetDatum(buf.data));
 }
 
