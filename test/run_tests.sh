@@ -39,6 +39,7 @@ export PG_CONFIG
 
 T0=$(date +%s)
 summary=()
+failure_details=()
 npass=0
 nfail=0
 setup_ok=1
@@ -250,6 +251,11 @@ if want regress; then
 		if [ "${summary[-1]}" != "${summary[-1]/FAILED/}" ] && [ -n "$WORK" ]; then
 			save_logs regress "$WORK"/repo/regression.* "$WORK"/repo/log "$WORK"/repo/results \
 				"$WORK"/repo/nopreload
+			# name the failing tests in the summary line (CI shows the tail)
+			failed_tests=$(cat "$WORK"/repo/regression.out "$WORK"/repo/nopreload/regression.out 2>/dev/null |
+				sed -n 's/^\(not ok [0-9]* *- *\|test \)\([a-z_0-9]*\) .*\(FAILED\|failed\).*/\2/p' | tr '\n' ' ')
+			summary[-1]="${summary[-1]} [${failed_tests% }]"
+			failure_details+=("$(cat "$WORK"/repo/regression.diffs "$WORK"/repo/nopreload/regression.diffs 2>/dev/null | head -40)")
 		fi
 	else
 		run_suite regress false
@@ -260,12 +266,19 @@ if want tap; then
 	run_suite tap as_pg timeout -k 10 1500 bash -c 'cd "$1" && bash test/run_tap.sh "$1/tap_out"' _ "$WORK/repo"
 	if [ "${summary[-1]}" != "${summary[-1]/FAILED/}" ] && [ -n "$WORK" ]; then
 		save_logs tap "$WORK/repo/tap_out/tmp_check/log"
+		failed_tests=$(grep -l 'not ok\|Dubious\|Bail out' "$WORK"/repo/tap_out/tmp_check/log/regress_log_* 2>/dev/null |
+			sed 's/.*regress_log_//' | tr '\n' ' ')
+		summary[-1]="${summary[-1]} [${failed_tests% }]"
 	fi
 fi
 
 kill_leftovers
 
 # ---- summary -------------------------------------------------------------
+if [ ${#failure_details[@]} -gt 0 ]; then
+	say "first lines of the failures"
+	printf '%s\n' "${failure_details[@]}"
+fi
 say "summary ($(($(date +%s) - T0)) s)"
 printf '%s\n' "${summary[@]}"
 echo "$npass passed, $nfail failed"
