@@ -72,7 +72,7 @@ FUZZ_SECONDS ?= 60
 FUZZ_RSS_MB ?= 2048
 FUZZ_MALLOC_MB ?= 512
 FUZZ_NICE ?= nice -n 19
-FUZZ_TARGETS ?= gguf tokenizer protocol chat model jinja
+FUZZ_TARGETS ?= gguf tokenizer protocol chat model jinja gbnf
 FUZZ_ARGS ?=
 FUZZ_CFLAGS := -g -O1 -std=gnu11 -D_GNU_SOURCE -iquote src/engine -iquote src \
 	-fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
@@ -85,6 +85,7 @@ FUZZ_SRCS_tokenizer := src/engine/text/tokenizer.c src/engine/text/tok_encode.c 
 FUZZ_SRCS_protocol := $(SHARED_SRCS)
 FUZZ_SRCS_chat := src/engine/text/chat.c src/engine/base/status.c
 FUZZ_SRCS_jinja := $(wildcard src/engine/text/jinja_*.c) src/engine/base/status.c
+FUZZ_SRCS_gbnf := src/engine/text/grammar.c src/engine/base/status.c
 # the whole engine but the type table and kernels, AVX2 paths included
 # (matmul_avx2.c's VNNI kernels need gcc's per-function target attributes)
 FUZZ_SRCS_model := $(filter-out src/engine/quant/qtype.c src/engine/quant/quant_ref.c src/engine/quant/quant_avx2.c \
@@ -97,6 +98,7 @@ FUZZ_MAXLEN_tokenizer := 2048
 FUZZ_MAXLEN_protocol := 4096
 FUZZ_MAXLEN_chat := 4096
 FUZZ_MAXLEN_jinja := 16384
+FUZZ_MAXLEN_gbnf := 4096
 FUZZ_MAXLEN_model := 262144
 FUZZ_MODEL_ENV = $(if $(wildcard $(DEFAULT_MODEL)),OPUS_MODEL=$(abspath $(DEFAULT_MODEL)))
 

@@ -1,0 +1,2509 @@
+/*
+ * grammar.c - GBNF parser, checks, and the pushdown automaton (grammar.h).
+ *
+ * Compiled form (the design of llama.cpp's llama-grammar, written anew):
+ * every rule is a run of elements in one array g->el; a rule is its
+ * alternatives, each a sequence of elements ended by ALT (another follows)
+ * or END (the last).  A character class is a CHAR / CHAR_NOT element
+ * followed by CHAR_ALT (more chars) and CHAR_RNG_UPPER (the upper end of
+ * the range started by the element before it).  Repetitions are rewritten
+ * into generated rules: x* -> r ::= x r | "", x{m,n} -> m copies of x
+ * then n-m nested optional rules.
+ *
+ * A state is a set of stacks of element positions; the top of each stack is
+ * a character element (rule references are expanded eagerly into one stack
+ * per alternative), and an empty stack means the input so far is a whole
+ * string.  A code point advances each stack whose top matches it.  Bytes
+ * come in as UTF-8; a code point split over calls waits in the state's
+ * partial decoder (and a partial code point is checked against the classes
+ * as a range of possible code points, so masks prune it early).
+ *
+ * Masks: the vocabulary's bytes form a trie; a walk of the trie carries the
+ * automaton state along and prunes a subtree as soon as its prefix is
+ * rejected.  States met during the walk are interned and the transitions
+ * (state, byte) -> state memoised, i.e. a small DFA is built lazily, so a
+ * walk in a self-looping part of a grammar (inside a string) is one hash
+ * look-up per trie node.  The masks of whole states are cached per grammar
+ * and vocabulary (a state repeats often: every position inside a string of
+ * a JSON object at the same depth).
+ */
+#include "text/grammar.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum el_type
+{
+	EL_END = 0,
+	EL_ALT,
+	EL_RULE_REF,
+	EL_CHAR,
+	EL_CHAR_NOT,
+	EL_CHAR_RNG_UPPER,
+	EL_CHAR_ALT,
+	EL_CHAR_ANY
+};
+
+struct el
+{
+	uint32_t	type;
+	uint32_t	value;
+};
+
+struct opus_grammar
+{
+	struct el  *el;
+	uint32_t	n_el;
+	uint32_t   *rule_start;
+	uint32_t	n_rules;
+	uint32_t	root;
+	/* cache bookkeeping (opus_grammar_get) */
+	uint64_t	hash;
+	char	   *text;
+	size_t		text_len;
+	int			refs;			/* under cache_mu */
+	uint64_t	last_use;
+	/* mask cache (opus_grammar_mask) */
+	pthread_mutex_t mask_mu;
+	struct mask_entry *masks;
+	int			n_masks;
+	uint64_t	mask_tick;
+};
+
+#define MASK_CACHE_MAX 64
+
+struct mask_entry
+{
+	uint64_t	vocab_uid;
+	uint64_t	hash;
+	uint32_t   *key;			/* canonical state content */
+	size_t		key_len;
+	uint32_t   *mask;
+	int32_t		n_allowed;
+	uint64_t	last_use;
+};
+
+static inline bool
+is_end(const struct el *e)
+{
+	return e->type == EL_END || e->type == EL_ALT;
+}
+
+static inline bool
+is_char(const struct el *e)
+{
+	return e->type == EL_CHAR || e->type == EL_CHAR_NOT ||
+		e->type == EL_CHAR_ALT || e->type == EL_CHAR_RNG_UPPER ||
+		e->type == EL_CHAR_ANY;
+}
+
+static uint64_t
+hash_bytes(uint64_t h, const void *p, size_t n)
+{
+	const uint8_t *b = p;
+
+	for (size_t i = 0; i < n; i++)
+	{
+		h ^= b[i];
+		h *= 0x100000001b3ULL;
+	}
+	return h;
+}
+
+uint64_t
+opus_grammar_hash(const char *text, size_t len)
+{
+	return hash_bytes(0xcbf29ce484222325ULL, text, len);
+}
+
+enum opus_status
+opus_grammar_status(enum opus_grammar_errcode code)
+{
+	switch (code)
+	{
+		case OPUS_GRAMMAR_OK:
+			return OPUS_OK;
+		case OPUS_GRAMMAR_ERR_TOO_LARGE:
+			return OPUS_ERR_CAPACITY;
+		case OPUS_GRAMMAR_ERR_NOMEM:
+			return OPUS_ERR_NOMEM;
+		default:
+			return OPUS_ERR_INVALID_ARG;
+	}
+}
+
+/* ------------------------------------------------------------------------
+ * Parser
+ * ------------------------------------------------------------------------ */
+
+struct evec
+{
+	struct el  *v;
+	uint32_t	n;
+	uint32_t	cap;
+};
+
+struct sym
+{
+	char	   *name;
+	size_t		len;
+	uint32_t	id;
+};
+
+struct parser
+{
+	const char *text;
+	size_t		len;
+	struct evec *rules;			/* by rule id; n == 0: not defined */
+	size_t	   *first_use;		/* offset of the first reference, by id */
+	bool	   *defined;
+	uint32_t	n_rules;
+	uint32_t	cap_rules;
+	struct sym *syms;			/* named rules, linear (names are few) */
+	uint32_t	n_syms;
+	uint32_t	cap_syms;
+	uint32_t   *sym_of_rule;	/* index into syms or UINT32_MAX */
+	size_t		total_el;
+	int			depth;
+	struct opus_grammar_error *err;
+	bool		failed;
+};
+
+#define MAX_NESTING 200
+
+static void
+perr(struct parser *p, enum opus_grammar_errcode code, size_t at,
+	 const char *fmt,...)
+	__attribute__((format(printf, 4, 5)));
+
+static void
+perr(struct parser *p, enum opus_grammar_errcode code, size_t at,
+	 const char *fmt,...)
+{
+	va_list		ap;
+	int			line = 1,
+				col = 1;
+	char		buf[192];
+
+	if (p->failed)
+		return;
+	p->failed = true;
+	if (!p->err)
+		return;
+	if (at > p->len)
+		at = p->len;
+	for (size_t i = 0; i < at; i++)
+	{
+		if (p->text[i] == '\n')
+		{
+			line++;
+			col = 1;
+		}
+		else
+			col++;
+	}
+	va_start(ap, fmt);
+	vsnprintf(buf, sizeof(buf), fmt, ap);
+	va_end(ap);
+	p->err->code = code;
+	if (code == OPUS_GRAMMAR_ERR_SYNTAX || code == OPUS_GRAMMAR_ERR_UNDEFINED)
+	{
+		p->err->line = line;
+		p->err->col = col;
+		snprintf(p->err->msg, sizeof(p->err->msg),
+				 "grammar line %d, column %d: %s", line, col, buf);
+	}
+	else
+	{
+		p->err->line = 0;
+		p->err->col = 0;
+		snprintf(p->err->msg, sizeof(p->err->msg), "grammar: %s", buf);
+	}
+}
+
+static bool
+evec_push(struct parser *p, struct evec *v, uint32_t type, uint32_t value)
+{
+	if (p->failed)
+		return false;
+	if (p->total_el >= OPUS_GRAMMAR_MAX_ELEMS)
+	{
+		perr(p, OPUS_GRAMMAR_ERR_TOO_LARGE, 0,
+			 "grammar too large (more than %d elements)", OPUS_GRAMMAR_MAX_ELEMS);
+		return false;
+	}
+	if (v->n == v->cap)
+	{
+		uint32_t	nc = v->cap ? v->cap * 2 : 16;
+		struct el  *nv = realloc(v->v, nc * sizeof(*nv));
+
+		if (!nv)
+		{
+			perr(p, OPUS_GRAMMAR_ERR_NOMEM, 0, "out of memory");
+			return false;
+		}
+		v->v = nv;
+		v->cap = nc;
+	}
+	v->v[v->n].type = type;
+	v->v[v->n].value = value;
+	v->n++;
+	p->total_el++;
+	return true;
+}
+
+/* A new rule id (named: sym index, or generated). */
+static uint32_t
+new_rule(struct parser *p, uint32_t sym)
+{
+	if (p->n_rules == p->cap_rules)
+	{
+		uint32_t	nc = p->cap_rules ? p->cap_rules * 2 : 32;
+		struct evec *nr;
+		size_t	   *nf;
+		bool	   *nd;
+		uint32_t   *ns;
+
+		if (nc > OPUS_GRAMMAR_MAX_ELEMS)
+		{
+			perr(p, OPUS_GRAMMAR_ERR_TOO_LARGE, 0,
+				 "grammar too large (too many rules)");
+			return 0;
+		}
+		nr = realloc(p->rules, nc * sizeof(*nr));
+		if (nr)
+			p->rules = nr;
+		nf = realloc(p->first_use, nc * sizeof(*nf));
+		if (nf)
+			p->first_use = nf;
+		nd = realloc(p->defined, nc * sizeof(*nd));
+		if (nd)
+			p->defined = nd;
+		ns = realloc(p->sym_of_rule, nc * sizeof(*ns));
+		if (ns)
+			p->sym_of_rule = ns;
+		if (!nr || !nf || !nd || !ns)
+		{
+			perr(p, OPUS_GRAMMAR_ERR_NOMEM, 0, "out of memory");
+			return 0;
+		}
+		p->cap_rules = nc;
+	}
+	memset(&p->rules[p->n_rules], 0, sizeof(struct evec));
+	p->first_use[p->n_rules] = SIZE_MAX;
+	p->defined[p->n_rules] = false;
+	p->sym_of_rule[p->n_rules] = sym;
+	return p->n_rules++;
+}
+
+static uint32_t
+symbol_id(struct parser *p, const char *name, size_t len)
+{
+	for (uint32_t i = 0; i < p->n_syms; i++)
+		if (p->syms[i].len == len && memcmp(p->syms[i].name, name, len) == 0)
+			return p->syms[i].id;
+	if (p->n_syms == p->cap_syms)
+	{
+		uint32_t	nc = p->cap_syms ? p->cap_syms * 2 : 16;
+		struct sym *ns = realloc(p->syms, nc * sizeof(*ns));
+
+		if (!ns)
+		{
+			perr(p, OPUS_GRAMMAR_ERR_NOMEM, 0, "out of memory");
+			return 0;
+		}
+		p->syms = ns;
+		p->cap_syms = nc;
+	}
+	p->syms[p->n_syms].name = malloc(len + 1);
+	if (!p->syms[p->n_syms].name)
+	{
+		perr(p, OPUS_GRAMMAR_ERR_NOMEM, 0, "out of memory");
+		return 0;
+	}
+	memcpy(p->syms[p->n_syms].name, name, len);
+	p->syms[p->n_syms].name[len] = 0;
+	p->syms[p->n_syms].len = len;
+	p->syms[p->n_syms].id = new_rule(p, p->n_syms);
+	if (p->failed)
+		return 0;
+	return p->syms[p->n_syms++].id;
+}
+
+static const char *
+rule_name(struct parser *p, uint32_t id)
+{
+	uint32_t	s = p->sym_of_rule[id];
+
+	return s == UINT32_MAX ? "(generated)" : p->syms[s].name;
+}
+
+static inline bool
+is_word_char(char c)
+{
+	return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+		(c >= '0' && c <= '9') || c == '-' || c == '_';
+}
+
+static inline int
+peek(struct parser *p, size_t pos)
+{
+	return pos < p->len ? (unsigned char) p->text[pos] : -1;
+}
+
+static size_t
+parse_space(struct parser *p, size_t pos, bool newline_ok)
+{
+	for (;;)
+	{
+		int			c = peek(p, pos);
+
+		if (c == ' ' || c == '\t' || c == '#' ||
+			(newline_ok && (c == '\r' || c == '\n')))
+		{
+			if (c == '#')
+			{
+				while (pos < p->len && p->text[pos] != '\r' && p->text[pos] != '\n')
+					pos++;
+			}
+			else
+				pos++;
+		}
+		else
+			return pos;
+	}
+}
+
+static size_t
+parse_name(struct parser *p, size_t pos)
+{
+	size_t		end = pos;
+
+	while (end < p->len && is_word_char(p->text[end]))
+		end++;
+	if (end == pos)
+		perr(p, OPUS_GRAMMAR_ERR_SYNTAX, pos, "expecting a rule name");
+	return end;
+}
+
+static size_t
+parse_int(struct parser *p, size_t pos, uint32_t *out)
+{
+	size_t		end = pos;
+	uint64_t	v = 0;
+
+	while (end < p->len && p->text[end] >= '0' && p->text[end] <= '9')
+	{
+		v = v * 10 + (uint64_t) (p->text[end] - '0');
+		if (v > OPUS_GRAMMAR_MAX_REPEAT)
+		{
+			perr(p, OPUS_GRAMMAR_ERR_TOO_LARGE, pos,
+				 "repetition count above %d", OPUS_GRAMMAR_MAX_REPEAT);
+			return end;
+		}
+		end++;
+	}
+	if (end == pos)
+		perr(p, OPUS_GRAMMAR_ERR_SYNTAX, pos, "expecting an integer");
+	*out = (uint32_t) v;
+	return end;
+}
+
+static int
+hexval(int c)
+{
+	if (c >= '0' && c <= '9')
+		return c - '0';
+	if (c >= 'a' && c <= 'f')
+		return c - 'a' + 10;
+	if (c >= 'A' && c <= 'F')
+		return c - 'A' + 10;
+	return -1;
+}
+
+/* One UTF-8 code point of the grammar text. */
+static size_t
+decode_utf8(struct parser *p, size_t pos, uint32_t *cp)
+{
+	unsigned char c = (unsigned char) p->text[pos];
+	int			n;
+	uint32_t	v;
+
+	if (c < 0x80)
+	{
+		*cp = c;
+		return pos + 1;
+	}
+	if ((c & 0xE0) == 0xC0)
+	{
+		n = 1;
+		v = c & 0x1F;
+	}
+	else if ((c & 0xF0) == 0xE0)
+	{
+		n = 2;
+		v = c & 0x0F;
+	}
+	else if ((c & 0xF8) == 0xF0)
+	{
+		n = 3;
+		v = c & 0x07;
+	}
+	else
+	{
+		perr(p, OPUS_GRAMMAR_ERR_SYNTAX, pos, "invalid UTF-8");
+		return pos + 1;
+	}
+	for (int i = 1; i <= n; i++)
+	{
+		int			d = peek(p, pos + i);
+
+		if (d < 0 || (d & 0xC0) != 0x80)
+		{
+			perr(p, OPUS_GRAMMAR_ERR_SYNTAX, pos, "invalid UTF-8");
+			return pos + 1;
+		}
+		v = (v << 6) | (uint32_t) (d & 0x3F);
+	}
+	*cp = v;
+	return pos + 1 + n;
+}
+
+/* One character of a literal or class, with escapes. */
+static size_t
+parse_char(struct parser *p, size_t pos, uint32_t *cp)
+{
+	if (pos >= p->len)
+	{
+		perr(p, OPUS_GRAMMAR_ERR_SYNTAX, pos, "unexpected end of input");
+		return pos;
+	}
+	if (p->text[pos] == '\\')
+	{
+		int			c = peek(p, pos + 1);
+		int			nhex = 0;
+
+		switch (c)
+		{
+			case 'x':
+				nhex = 2;
+				break;
+			case 'u':
+				nhex = 4;
+				break;
+			case 'U':
+				nhex = 8;
+				break;
+			case 't':
+				*cp = '\t';
+				return pos + 2;
+			case 'r':
+				*cp = '\r';
+				return pos + 2;
+			case 'n':
+				*cp = '\n';
+				return pos + 2;
+			case '\\':
+			case '"':
+			case '[':
+			case ']':
+			case '-':
+			case '^':
+			case '.':
+			case '/':
+			case '(':
+			case ')':
+			case '*':
+			case '+':
+			case '?':
+			case '{':
+			case '}':
+			case '|':
+				*cp = (uint32_t) c;
+				return pos + 2;
+			default:
+				perr(p, OPUS_GRAMMAR_ERR_SYNTAX, pos, "unknown escape");
+				return pos + 1;
+		}
+		{
+			uint32_t	v = 0;
+
+			for (int i = 0; i < nhex; i++)
+			{
+				int			h = hexval(peek(p, pos + 2 + i));
+
+				if (h < 0)
+				{
+					perr(p, OPUS_GRAMMAR_ERR_SYNTAX, pos, "expecting %d hex digits", nhex);
+					return pos + 1;
+				}
+				v = (v << 4) | (uint32_t) h;
+			}
+			if (v > 0x10FFFF)
+			{
+				perr(p, OPUS_GRAMMAR_ERR_SYNTAX, pos, "code point above U+10FFFF");
+				return pos + 1;
+			}
+			*cp = v;
+			return pos + 2 + (size_t) nhex;
+		}
+	}
+	return decode_utf8(p, pos, cp);
+}
+
+static size_t parse_alternates(struct parser *p, size_t pos, uint32_t rule_id,
+							   bool nested);
+
+/* x{min,max} on out[last_sym_start..]; max < 0: unbounded. */
+static void
+handle_repetition(struct parser *p, size_t at, uint32_t out_id,
+				  uint32_t last_sym_start, uint32_t min, int64_t max)
+{
+	struct evec *out = &p->rules[out_id];
+	struct evec prev = {0};
+	uint32_t	n_prev;
+	uint32_t	last_rec = 0;
+	int64_t		n_opt;
+
+	if (last_sym_start == out->n)
+	{
+		perr(p, OPUS_GRAMMAR_ERR_SYNTAX, at, "repetition without a preceding item");
+		return;
+	}
+	if (max >= 0 && (int64_t) min > max)
+	{
+		perr(p, OPUS_GRAMMAR_ERR_SYNTAX, at, "repetition minimum above its maximum");
+		return;
+	}
+	n_prev = out->n - last_sym_start;
+	prev.v = malloc(n_prev * sizeof(struct el));
+	if (!prev.v)
+	{
+		perr(p, OPUS_GRAMMAR_ERR_NOMEM, at, "out of memory");
+		return;
+	}
+	memcpy(prev.v, out->v + last_sym_start, n_prev * sizeof(struct el));
+	prev.n = prev.cap = n_prev;
+
+	if (min == 0)
+	{
+		p->total_el -= n_prev;
+		out->n = last_sym_start;
+	}
+	else
+		for (uint32_t i = 1; i < min && !p->failed; i++)
+			for (uint32_t j = 0; j < n_prev; j++)
+				evec_push(p, &p->rules[out_id], prev.v[j].type, prev.v[j].value);
+
+	n_opt = max < 0 ? 1 : max - (int64_t) min;
+	for (int64_t i = 0; i < n_opt && !p->failed; i++)
+	{
+		uint32_t	id = new_rule(p, UINT32_MAX);
+		struct evec *r;
+
+		if (p->failed)
+			break;
+		r = &p->rules[id];
+		(void) out;
+		for (uint32_t j = 0; j < n_prev; j++)
+			evec_push(p, r, prev.v[j].type, prev.v[j].value);
+		if (i > 0 || max < 0)
+			evec_push(p, r, EL_RULE_REF, max < 0 ? id : last_rec);
+		evec_push(p, r, EL_ALT, 0);
+		evec_push(p, r, EL_END, 0);
+		p->defined[id] = true;
+		last_rec = id;
+	}
+	if (n_opt > 0 && !p->failed)
+		evec_push(p, &p->rules[out_id], EL_RULE_REF, last_rec);
+	free(prev.v);
+}
+
+static size_t
+parse_sequence(struct parser *p, size_t pos, uint32_t rule_id, bool nested)
+{
+	uint32_t	last_sym_start = p->rules[rule_id].n;
+
+	while (!p->failed && pos < p->len)
+	{
+		char		c = p->text[pos];
+		struct evec *out = &p->rules[rule_id];
+
+		if (c == '"')
+		{
+			pos++;
+			last_sym_start = out->n;
+			while (!p->failed && peek(p, pos) != '"')
+			{
+				uint32_t	cp = 0;
+
+				if (pos >= p->len)
+				{
+					perr(p, OPUS_GRAMMAR_ERR_SYNTAX, pos, "unterminated literal");
+					break;
+				}
+				pos = parse_char(p, pos, &cp);
+				evec_push(p, &p->rules[rule_id], EL_CHAR, cp);
+			}
+			pos = parse_space(p, pos + 1, nested);
+		}
+		else if (c == '[')
+		{
+			uint32_t	start_type = EL_CHAR;
+
+			pos++;
+			last_sym_start = out->n;
+			if (peek(p, pos) == '^')
+			{
+				pos++;
+				start_type = EL_CHAR_NOT;
+			}
+			while (!p->failed && peek(p, pos) != ']')
+			{
+				uint32_t	cp = 0;
+				uint32_t	type;
+
+				if (pos >= p->len)
+				{
+					perr(p, OPUS_GRAMMAR_ERR_SYNTAX, pos, "unterminated character class");
+					break;
+				}
+				type = last_sym_start < p->rules[rule_id].n ? EL_CHAR_ALT : start_type;
+				pos = parse_char(p, pos, &cp);
+				evec_push(p, &p->rules[rule_id], type, cp);
+				if (peek(p, pos) == '-' && peek(p, pos + 1) != ']' && pos + 1 < p->len)
+				{
+					uint32_t	hi = 0;
+					size_t		at = pos;
+
+					pos = parse_char(p, pos + 1, &hi);
+					if (!p->failed && hi < cp)
+						perr(p, OPUS_GRAMMAR_ERR_SYNTAX, at, "range out of order");
+					evec_push(p, &p->rules[rule_id], EL_CHAR_RNG_UPPER, hi);
+				}
+			}
+			if (!p->failed && last_sym_start == p->rules[rule_id].n)
+			{
+				/* [] matches nothing; [^] anything */
+				if (start_type == EL_CHAR_NOT)
+					evec_push(p, &p->rules[rule_id], EL_CHAR_ANY, 0);
+				else
+				{
+					perr(p, OPUS_GRAMMAR_ERR_SYNTAX, pos, "empty character class");
+					break;
+				}
+			}
+			pos = parse_space(p, pos + 1, nested);
+		}
+		else if (is_word_char(c))
+		{
+			size_t		end = parse_name(p, pos);
+			uint32_t	ref = symbol_id(p, p->text + pos, end - pos);
+
+			if (p->failed)
+				break;
+			if (p->first_use[ref] == SIZE_MAX)
+				p->first_use[ref] = pos;
+			last_sym_start = p->rules[rule_id].n;
+			evec_push(p, &p->rules[rule_id], EL_RULE_REF, ref);
+			pos = parse_space(p, end, nested);
+		}
+		else if (c == '(')
+		{
+			uint32_t	sub;
+
+			if (++p->depth > MAX_NESTING)
+			{
+				perr(p, OPUS_GRAMMAR_ERR_TOO_LARGE, pos,
+					 "groups nested deeper than %d", MAX_NESTING);
+				break;
+			}
+			pos = parse_space(p, pos + 1, true);
+			sub = new_rule(p, UINT32_MAX);
+			if (p->failed)
+				break;
+			pos = parse_alternates(p, pos, sub, true);
+			p->depth--;
+			if (p->failed)
+				break;
+			last_sym_start = p->rules[rule_id].n;
+			evec_push(p, &p->rules[rule_id], EL_RULE_REF, sub);
+			if (peek(p, pos) != ')')
+			{
+				perr(p, OPUS_GRAMMAR_ERR_SYNTAX, pos, "expecting ')'");
+				break;
+			}
+			pos = parse_space(p, pos + 1, nested);
+		}
+		else if (c == '.')
+		{
+			last_sym_start = out->n;
+			evec_push(p, out, EL_CHAR_ANY, 0);
+			pos = parse_space(p, pos + 1, nested);
+		}
+		else if (c == '*' || c == '+' || c == '?')
+		{
+			handle_repetition(p, pos, rule_id, last_sym_start,
+							  c == '+' ? 1 : 0, c == '?' ? 1 : -1);
+			pos = parse_space(p, pos + 1, nested);
+		}
+		else if (c == '{')
+		{
+			uint32_t	min = 0,
+						maxv = 0;
+			int64_t		max;
+			size_t		at = pos;
+
+			pos = parse_space(p, pos + 1, false);
+			pos = parse_int(p, pos, &min);
+			pos = parse_space(p, pos, false);
+			max = min;
+			if (peek(p, pos) == ',')
+			{
+				pos = parse_space(p, pos + 1, false);
+				if (peek(p, pos) == '}')
+					max = -1;
+				else
+				{
+					pos = parse_int(p, pos, &maxv);
+					max = maxv;
+					pos = parse_space(p, pos, false);
+				}
+			}
+			if (p->failed)
+				break;
+			if (peek(p, pos) != '}')
+			{
+				perr(p, OPUS_GRAMMAR_ERR_SYNTAX, pos, "expecting '}'");
+				break;
+			}
+			handle_repetition(p, at, rule_id, last_sym_start, min, max);
+			pos = parse_space(p, pos + 1, nested);
+		}
+		else
+			break;
+	}
+	return pos;
+}
+
+static size_t
+parse_alternates(struct parser *p, size_t pos, uint32_t rule_id, bool nested)
+{
+	pos = parse_sequence(p, pos, rule_id, nested);
+	while (!p->failed && peek(p, pos) == '|')
+	{
+		evec_push(p, &p->rules[rule_id], EL_ALT, 0);
+		pos = parse_space(p, pos + 1, true);
+		pos = parse_sequence(p, pos, rule_id, nested);
+	}
+	evec_push(p, &p->rules[rule_id], EL_END, 0);
+	p->defined[rule_id] = true;
+	return pos;
+}
+
+static size_t
+parse_rule(struct parser *p, size_t pos)
+{
+	size_t		end = parse_name(p, pos);
+	uint32_t	id;
+
+	if (p->failed)
+		return end;
+	id = symbol_id(p, p->text + pos, end - pos);
+	if (p->failed)
+		return end;
+	if (p->defined[id])
+	{
+		perr(p, OPUS_GRAMMAR_ERR_SYNTAX, pos, "rule '%s' defined twice",
+			 rule_name(p, id));
+		return end;
+	}
+	pos = parse_space(p, end, false);
+	if (!(peek(p, pos) == ':' && peek(p, pos + 1) == ':' && peek(p, pos + 2) == '='))
+	{
+		perr(p, OPUS_GRAMMAR_ERR_SYNTAX, pos, "expecting '::='");
+		return pos;
+	}
+	pos = parse_space(p, pos + 3, true);
+	pos = parse_alternates(p, pos, id, false);
+	if (p->failed)
+		return pos;
+	if (peek(p, pos) == '\r')
+		pos += peek(p, pos + 1) == '\n' ? 2 : 1;
+	else if (peek(p, pos) == '\n')
+		pos++;
+	else if (pos < p->len)
+	{
+		perr(p, OPUS_GRAMMAR_ERR_SYNTAX, pos, "expecting newline or end of input");
+		return pos;
+	}
+	return parse_space(p, pos, true);
+}
+
+static void
+parser_free(struct parser *p)
+{
+	for (uint32_t i = 0; i < p->n_rules; i++)
+		free(p->rules[i].v);
+	for (uint32_t i = 0; i < p->n_syms; i++)
+		free(p->syms[i].name);
+	free(p->rules);
+	free(p->first_use);
+	free(p->defined);
+	free(p->sym_of_rule);
+	free(p->syms);
+}
+
+/* ------------------------------------------------------------------------
+ * Checks on the compiled grammar
+ * ------------------------------------------------------------------------ */
+
+/*
+ * Fixed points over the rules: nullable (derives ""), productive (derives
+ * some string), nonempty (derives some non-empty string).
+ */
+static void
+rule_props(const opus_grammar *g, bool *nullable, bool *productive, bool *nonempty)
+{
+	bool		changed = true;
+
+	memset(nullable, 0, g->n_rules);
+	memset(productive, 0, g->n_rules);
+	memset(nonempty, 0, g->n_rules);
+	while (changed)
+	{
+		changed = false;
+		for (uint32_t r = 0; r < g->n_rules; r++)
+		{
+			uint32_t	pos = g->rule_start[r];
+
+			for (;;)
+			{
+				bool		all_null = true,
+							all_prod = true,
+							some_ne = false;
+
+				for (; !is_end(&g->el[pos]); pos++)
+				{
+					const struct el *e = &g->el[pos];
+
+					if (e->type == EL_RULE_REF)
+					{
+						all_null &= nullable[e->value];
+						all_prod &= productive[e->value];
+						some_ne |= nonempty[e->value];
+					}
+					else if (e->type != EL_CHAR_ALT && e->type != EL_CHAR_RNG_UPPER)
+					{
+						all_null = false;
+						some_ne = true;
+					}
+				}
+				if (all_null && !nullable[r])
+					nullable[r] = changed = true;
+				if (all_prod && !productive[r])
+					productive[r] = changed = true;
+				if (all_prod && some_ne && !nonempty[r])
+					nonempty[r] = changed = true;
+				if (g->el[pos].type == EL_END)
+					break;
+				pos++;
+			}
+		}
+	}
+}
+
+/*
+ * Left recursion: a rule reachable from itself through rule references that
+ * start an alternative or follow only nullable rules.  Iterative DFS with
+ * colours (0 new, 1 on the path, 2 done).
+ */
+static int64_t
+find_left_recursion(const opus_grammar *g, const bool *nullable)
+{
+	uint8_t    *colour = calloc(g->n_rules, 1);
+	uint32_t   *stack_rule = malloc(g->n_rules * sizeof(uint32_t));
+	uint32_t   *stack_pos = malloc(g->n_rules * sizeof(uint32_t));
+	int64_t		found = -1;
+
+	if (!colour || !stack_rule || !stack_pos)
+	{
+		free(colour);
+		free(stack_rule);
+		free(stack_pos);
+		return -2;
+	}
+	for (uint32_t s = 0; s < g->n_rules && found < 0; s++)
+	{
+		int64_t		sp = 0;
+
+		if (colour[s])
+			continue;
+		colour[s] = 1;
+		stack_rule[0] = s;
+		stack_pos[0] = g->rule_start[s];
+		while (sp >= 0 && found < 0)
+		{
+			uint32_t	r = stack_rule[sp];
+			uint32_t	pos = stack_pos[sp];
+			bool		pushed = false;
+
+			/* next left-edge reference of r from pos */
+			while (!pushed)
+			{
+				const struct el *e = &g->el[pos];
+
+				if (e->type == EL_END)
+					break;
+				if (e->type == EL_ALT)
+				{
+					pos++;
+					continue;
+				}
+				if (e->type == EL_RULE_REF)
+				{
+					uint32_t	t = e->value;
+
+					/* resume after this ref: next element if t nullable,
+					 * else the next alternative */
+					uint32_t	next = pos + 1;
+
+					if (!nullable[t])
+						while (!is_end(&g->el[next]))
+							next++;
+					stack_pos[sp] = next;
+					if (colour[t] == 1)
+					{
+						found = t;
+						break;
+					}
+					if (colour[t] == 0)
+					{
+						colour[t] = 1;
+						sp++;
+						stack_rule[sp] = t;
+						stack_pos[sp] = g->rule_start[t];
+						pushed = true;
+					}
+					pos = next;
+					continue;
+				}
+				/* a character: the rest of this alternative is not left */
+				while (!is_end(&g->el[pos]))
+					pos++;
+			}
+			if (found >= 0 || pushed)
+				continue;
+			colour[r] = 2;
+			sp--;
+		}
+	}
+	free(colour);
+	free(stack_rule);
+	free(stack_pos);
+	return found;
+}
+
+void
+opus_grammar_free(opus_grammar *g)
+{
+	if (!g)
+		return;
+	free(g->el);
+	free(g->rule_start);
+	free(g->text);
+	for (int i = 0; i < g->n_masks; i++)
+	{
+		free(g->masks[i].key);
+		free(g->masks[i].mask);
+	}
+	free(g->masks);
+	pthread_mutex_destroy(&g->mask_mu);
+	free(g);
+}
+
+size_t
+opus_grammar_size(const opus_grammar *g)
+{
+	return g->n_el;
+}
+
+opus_grammar *
+opus_grammar_compile(const char *text, size_t len, struct opus_grammar_error *err)
+{
+	struct parser p = {0};
+	struct opus_grammar_error dummy;
+	opus_grammar *g = NULL;
+	size_t		pos;
+	bool	   *props = NULL;
+	uint32_t	root = UINT32_MAX;
+
+	if (!err)
+		err = &dummy;
+	memset(err, 0, sizeof(*err));
+	p.text = text;
+	p.len = len;
+	p.err = err;
+	if (len > OPUS_GRAMMAR_MAX_TEXT)
+	{
+		perr(&p, OPUS_GRAMMAR_ERR_TOO_LARGE, 0,
+			 "grammar text longer than %d bytes", OPUS_GRAMMAR_MAX_TEXT);
+		return NULL;
+	}
+	if (text == NULL && len > 0)
+	{
+		perr(&p, OPUS_GRAMMAR_ERR_SYNTAX, 0, "no text");
+		return NULL;
+	}
+	pos = parse_space(&p, 0, true);
+	while (!p.failed && pos < len)
+		pos = parse_rule(&p, pos);
+	if (p.failed)
+		goto out;
+
+	/* undefined references, root */
+	for (uint32_t r = 0; r < p.n_rules; r++)
+		if (!p.defined[r])
+		{
+			perr(&p, OPUS_GRAMMAR_ERR_UNDEFINED, p.first_use[r] == SIZE_MAX ? 0 : p.first_use[r],
+				 "undefined rule '%s'", rule_name(&p, r));
+			goto out;
+		}
+	for (uint32_t i = 0; i < p.n_syms; i++)
+		if (p.syms[i].len == 4 && memcmp(p.syms[i].name, "root", 4) == 0)
+			root = p.syms[i].id;
+	if (root == UINT32_MAX)
+	{
+		perr(&p, OPUS_GRAMMAR_ERR_UNDEFINED, 0, "no 'root' rule");
+		p.err->line = 0;
+		p.err->col = 0;
+		goto out;
+	}
+
+	/* flatten */
+	g = calloc(1, sizeof(*g));
+	if (!g)
+	{
+		perr(&p, OPUS_GRAMMAR_ERR_NOMEM, 0, "out of memory");
+		goto out;
+	}
+	pthread_mutex_init(&g->mask_mu, NULL);
+	g->n_rules = p.n_rules;
+	g->root = root;
+	g->n_el = (uint32_t) p.total_el;
+	g->el = malloc((p.total_el + 1) * sizeof(struct el));
+	g->rule_start = malloc(p.n_rules * sizeof(uint32_t));
+	props = malloc(3 * (size_t) p.n_rules + 1);
+	if (!g->el || !g->rule_start || !props)
+	{
+		perr(&p, OPUS_GRAMMAR_ERR_NOMEM, 0, "out of memory");
+		goto fail;
+	}
+	{
+		uint32_t	at = 0;
+
+		for (uint32_t r = 0; r < p.n_rules; r++)
+		{
+			g->rule_start[r] = at;
+			memcpy(g->el + at, p.rules[r].v, p.rules[r].n * sizeof(struct el));
+			at += p.rules[r].n;
+		}
+		g->n_el = at;
+	}
+	{
+		bool	   *nullable = props,
+				   *productive = props + p.n_rules,
+				   *nonempty = props + 2 * p.n_rules;
+		int64_t		lr;
+
+		rule_props(g, nullable, productive, nonempty);
+		lr = find_left_recursion(g, nullable);
+		if (lr == -2)
+		{
+			perr(&p, OPUS_GRAMMAR_ERR_NOMEM, 0, "out of memory");
+			goto fail;
+		}
+		if (lr >= 0)
+		{
+			perr(&p, OPUS_GRAMMAR_ERR_LEFT_RECURSION, 0,
+				 "left recursion in rule '%s'", rule_name(&p, (uint32_t) lr));
+			goto fail;
+		}
+		if (!productive[root])
+		{
+			perr(&p, OPUS_GRAMMAR_ERR_EMPTY, 0, "the grammar accepts no string");
+			goto fail;
+		}
+		if (!nonempty[root])
+		{
+			perr(&p, OPUS_GRAMMAR_ERR_EMPTY, 0, "the grammar accepts only the empty string");
+			goto fail;
+		}
+	}
+	free(props);
+	parser_free(&p);
+	return g;
+
+fail:
+	free(props);
+	opus_grammar_free(g);
+	g = NULL;
+out:
+	parser_free(&p);
+	return NULL;
+}
+
+/* ------------------------------------------------------------------------
+ * Cache of compiled grammars
+ * ------------------------------------------------------------------------ */
+
+#define GRAMMAR_CACHE_MAX 32
+
+static pthread_mutex_t cache_mu = PTHREAD_MUTEX_INITIALIZER;
+static opus_grammar *cache[GRAMMAR_CACHE_MAX];
+static uint64_t cache_tick;
+
+opus_grammar *
+opus_grammar_get(const char *text, size_t len, struct opus_grammar_error *err)
+{
+	uint64_t	h = opus_grammar_hash(text, len);
+	opus_grammar *g;
+	int			victim = -1;
+
+	pthread_mutex_lock(&cache_mu);
+	for (int i = 0; i < GRAMMAR_CACHE_MAX; i++)
+	{
+		g = cache[i];
+		if (g && g->hash == h && g->text_len == len &&
+			(len == 0 || memcmp(g->text, text, len) == 0))
+		{
+			g->refs++;
+			g->last_use = ++cache_tick;
+			pthread_mutex_unlock(&cache_mu);
+			if (err)
+				memset(err, 0, sizeof(*err));
+			return g;
+		}
+	}
+	pthread_mutex_unlock(&cache_mu);
+
+	g = opus_grammar_compile(text, len, err);
+	if (!g)
+		return NULL;
+	g->hash = h;
+	g->text = malloc(len + 1);
+	if (!g->text)
+	{
+		opus_grammar_free(g);
+		if (err)
+		{
+			err->code = OPUS_GRAMMAR_ERR_NOMEM;
+			snprintf(err->msg, sizeof(err->msg), "out of memory");
+		}
+		return NULL;
+	}
+	if (len)
+		memcpy(g->text, text, len);
+	g->text_len = len;
+	g->refs = 2;				/* the caller's and the cache's */
+
+	pthread_mutex_lock(&cache_mu);
+	g->last_use = ++cache_tick;
+	for (int i = 0; i < GRAMMAR_CACHE_MAX; i++)
+	{
+		if (!cache[i])
+		{
+			victim = i;
+			break;
+		}
+		if (victim < 0 || cache[i]->last_use < cache[victim]->last_use)
+			victim = i;
+	}
+	if (cache[victim])
+	{
+		opus_grammar *old = cache[victim];
+
+		if (--old->refs == 0)
+			opus_grammar_free(old);
+	}
+	cache[victim] = g;
+	pthread_mutex_unlock(&cache_mu);
+	return g;
+}
+
+void
+opus_grammar_release(opus_grammar *g)
+{
+	bool		last;
+
+	if (!g)
+		return;
+	pthread_mutex_lock(&cache_mu);
+	last = --g->refs <= 0;
+	pthread_mutex_unlock(&cache_mu);
+	if (last)
+		opus_grammar_free(g);
+}
+
+/* ------------------------------------------------------------------------
+ * Stack sets
+ * ------------------------------------------------------------------------ */
+
+/*
+ * A set of stacks, flat: stack i is data[off[i] .. off[i+1]), top last.
+ * Built through sset_add, which keeps them unique (hash table of indexes).
+ * Canonical form (sset_sort): stacks sorted, for hashing and interning.
+ */
+struct sset
+{
+	uint32_t   *data;
+	size_t		n_data,
+				cap_data;
+	uint32_t   *off;			/* n + 1 entries */
+	uint32_t	n,
+				cap;
+	uint32_t   *tab;			/* indexes + 1; 0 empty */
+	uint32_t	tab_cap;		/* power of two */
+	bool		overflow;		/* more than OPUS_GRAMMAR_MAX_STACKS or NOMEM */
+};
+
+static void
+sset_clear(struct sset *s)
+{
+	s->n_data = 0;
+	s->n = 0;
+	if (s->off)
+		s->off[0] = 0;
+	if (s->tab)
+		memset(s->tab, 0, s->tab_cap * sizeof(uint32_t));
+	s->overflow = false;
+	if (!s->data)
+	{
+		/* never NULL, so that data + off is defined for empty stacks */
+		s->data = malloc(256 * sizeof(uint32_t));
+		s->cap_data = s->data ? 256 : 0;
+		s->overflow = s->data == NULL;
+	}
+}
+
+static void
+sset_destroy(struct sset *s)
+{
+	free(s->data);
+	free(s->off);
+	free(s->tab);
+	memset(s, 0, sizeof(*s));
+}
+
+static uint64_t
+stack_hash(const uint32_t *st, uint32_t len)
+{
+	uint64_t	h = 0x9E3779B97F4A7C15ULL ^ len;
+
+	for (uint32_t i = 0; i < len; i++)
+	{
+		h ^= st[i];
+		h *= 0xff51afd7ed558ccdULL;
+		h ^= h >> 32;
+	}
+	return h;
+}
+
+static bool
+sset_reserve(struct sset *s, uint32_t len)
+{
+	if (s->n_data + len > s->cap_data)
+	{
+		size_t		nc = s->cap_data ? s->cap_data * 2 : 256;
+		uint32_t   *nd;
+
+		while (nc < s->n_data + len)
+			nc *= 2;
+		nd = realloc(s->data, nc * sizeof(uint32_t));
+		if (!nd)
+			return false;
+		s->data = nd;
+		s->cap_data = nc;
+	}
+	if (s->n + 2 > s->cap)
+	{
+		uint32_t	nc = s->cap ? s->cap * 2 : 16;
+		uint32_t   *no = realloc(s->off, nc * sizeof(uint32_t));
+
+		if (!no)
+			return false;
+		if (s->cap == 0)
+			no[0] = 0;
+		s->off = no;
+		s->cap = nc;
+	}
+	if ((s->n + 1) * 2 > s->tab_cap)
+	{
+		uint32_t	nc = s->tab_cap ? s->tab_cap * 2 : 32;
+		uint32_t   *nt = calloc(nc, sizeof(uint32_t));
+
+		if (!nt)
+			return false;
+		for (uint32_t i = 0; i < s->n; i++)
+		{
+			uint64_t	h = stack_hash(s->data + s->off[i], s->off[i + 1] - s->off[i]);
+			uint32_t	k = (uint32_t) h & (nc - 1);
+
+			while (nt[k])
+				k = (k + 1) & (nc - 1);
+			nt[k] = i + 1;
+		}
+		free(s->tab);
+		s->tab = nt;
+		s->tab_cap = nc;
+	}
+	return true;
+}
+
+static void
+sset_add(struct sset *s, const uint32_t *st, uint32_t len)
+{
+	uint64_t	h;
+	uint32_t	k;
+
+	if (s->overflow)
+		return;
+	if (s->n >= OPUS_GRAMMAR_MAX_STACKS || !sset_reserve(s, len))
+	{
+		s->overflow = true;
+		return;
+	}
+	h = stack_hash(st, len);
+	k = (uint32_t) h & (s->tab_cap - 1);
+	while (s->tab[k])
+	{
+		uint32_t	i = s->tab[k] - 1;
+
+		if (s->off[i + 1] - s->off[i] == len &&
+			(len == 0 || memcmp(s->data + s->off[i], st, len * sizeof(uint32_t)) == 0))
+			return;
+		k = (k + 1) & (s->tab_cap - 1);
+	}
+	s->tab[k] = s->n + 1;
+	if (len)
+		memcpy(s->data + s->n_data, st, len * sizeof(uint32_t));
+	s->n_data += len;
+	s->n++;
+	s->off[s->n] = (uint32_t) s->n_data;
+}
+
+/* Work list for expansion: a LIFO of stacks, flat. */
+struct work
+{
+	uint32_t   *data;
+	size_t		n_data,
+				cap_data;
+	uint32_t   *lens;
+	size_t		n,
+				cap;
+	uint32_t   *tmp;
+	size_t		cap_tmp;
+};
+
+static void
+work_destroy(struct work *w)
+{
+	free(w->data);
+	free(w->lens);
+	free(w->tmp);
+	memset(w, 0, sizeof(*w));
+}
+
+/* Push prefix[0..plen) + up to two extra positions (UINT32_MAX: none). */
+static bool
+work_push(struct work *w, const uint32_t *prefix, uint32_t plen, uint32_t a, uint32_t b)
+{
+	uint32_t	len = plen + (a != UINT32_MAX) + (b != UINT32_MAX);
+
+	if (w->n_data + len > w->cap_data)
+	{
+		size_t		nc = w->cap_data ? w->cap_data * 2 : 256;
+		uint32_t   *nd;
+
+		while (nc < w->n_data + len)
+			nc *= 2;
+		nd = realloc(w->data, nc * sizeof(uint32_t));
+		if (!nd)
+			return false;
+		w->data = nd;
+		w->cap_data = nc;
+	}
+	if (w->n == w->cap)
+	{
+		size_t		nc = w->cap ? w->cap * 2 : 64;
+		uint32_t   *nl = realloc(w->lens, nc * sizeof(uint32_t));
+
+		if (!nl)
+			return false;
+		w->lens = nl;
+		w->cap = nc;
+	}
+	if (plen)
+		memmove(w->data + w->n_data, prefix, plen * sizeof(uint32_t));
+	w->n_data += plen;
+	if (a != UINT32_MAX)
+		w->data[w->n_data++] = a;
+	if (b != UINT32_MAX)
+		w->data[w->n_data++] = b;
+	w->lens[w->n++] = len;
+	return true;
+}
+
+#define EXPAND_BUDGET 200000
+
+/*
+ * Expand the stack st into out: rule references on top are replaced by
+ * each alternative of the rule until every stack's top is a character (or
+ * the stack is empty).
+ */
+static void
+expand(const opus_grammar *g, struct work *w, const uint32_t *st, uint32_t len,
+	   struct sset *out)
+{
+	long		budget = EXPAND_BUDGET;
+
+	w->n = 0;
+	w->n_data = 0;
+	if (!work_push(w, st, len, UINT32_MAX, UINT32_MAX))
+	{
+		out->overflow = true;
+		return;
+	}
+	while (w->n > 0 && !out->overflow)
+	{
+		uint32_t	l = w->lens[--w->n];
+		uint32_t   *cur;
+		uint32_t	pos;
+		const struct el *e;
+
+		w->n_data -= l;
+		if (l > w->cap_tmp)
+		{
+			uint32_t   *nt = realloc(w->tmp, l * sizeof(uint32_t));
+
+			if (!nt)
+			{
+				out->overflow = true;
+				return;
+			}
+			w->tmp = nt;
+			w->cap_tmp = l;
+		}
+		cur = w->tmp;
+		if (l)
+			memcpy(cur, w->data + w->n_data, l * sizeof(uint32_t));
+		if (--budget < 0)
+		{
+			out->overflow = true;
+			return;
+		}
+		if (l == 0)
+		{
+			sset_add(out, cur, 0);
+			continue;
+		}
+		pos = cur[l - 1];
+		e = &g->el[pos];
+		if (e->type != EL_RULE_REF)
+		{
+			sset_add(out, cur, l);
+			continue;
+		}
+		{
+			uint32_t	a = g->rule_start[e->value];
+			uint32_t	after = is_end(&g->el[pos + 1]) ? UINT32_MAX : pos + 1;
+
+			for (;;)
+			{
+				if (!work_push(w, cur, l - 1, after,
+							   is_end(&g->el[a]) ? UINT32_MAX : a))
+				{
+					out->overflow = true;
+					return;
+				}
+				while (!is_end(&g->el[a]))
+					a++;
+				if (g->el[a].type == EL_END)
+					break;
+				a++;
+			}
+		}
+	}
+}
+
+/* Does the class at pos match cp?  *next: the element after the class. */
+static bool
+match_char(const opus_grammar *g, uint32_t pos, uint32_t cp, uint32_t *next)
+{
+	const struct el *e = &g->el[pos];
+	bool		positive = e->type != EL_CHAR_NOT;
+	bool		found = false;
+
+	if (e->type == EL_CHAR_ANY)
+	{
+		*next = pos + 1;
+		return true;
+	}
+	do
+	{
+		if (g->el[pos + 1].type == EL_CHAR_RNG_UPPER)
+		{
+			found |= g->el[pos].value <= cp && cp <= g->el[pos + 1].value;
+			pos += 2;
+		}
+		else
+		{
+			found |= g->el[pos].value == cp;
+			pos += 1;
+		}
+	} while (g->el[pos].type == EL_CHAR_ALT);
+	*next = pos;
+	return found == positive;
+}
+
+/* Could a code point in [lo, hi] match the class at pos? */
+static bool
+match_char_range(const opus_grammar *g, uint32_t pos, uint32_t lo, uint32_t hi)
+{
+	const struct el *e = &g->el[pos];
+
+	if (e->type == EL_CHAR_ANY || e->type == EL_CHAR_NOT)
+		return true;			/* loose for negated classes */
+	do
+	{
+		uint32_t	a = g->el[pos].value,
+					b = a;
+
+		if (g->el[pos + 1].type == EL_CHAR_RNG_UPPER)
+		{
+			b = g->el[pos + 1].value;
+			pos += 2;
+		}
+		else
+			pos += 1;
+		if (a <= hi && lo <= b)
+			return true;
+	} while (g->el[pos].type == EL_CHAR_ALT);
+	return false;
+}
+
+/* ------------------------------------------------------------------------
+ * States
+ * ------------------------------------------------------------------------ */
+
+struct opus_grammar_state
+{
+	const opus_grammar *g;
+	struct sset st;
+	uint32_t	partial;		/* bits of the code point so far */
+	uint8_t		remain;			/* continuation bytes still expected */
+	uint8_t		partial_len;	/* bytes seen of the current code point */
+	bool		failed;
+	/* scratch */
+	struct sset next;
+	struct work w;
+};
+
+static bool
+sset_copy(struct sset *dst, const struct sset *src)
+{
+	sset_clear(dst);
+	for (uint32_t i = 0; i < src->n; i++)
+		sset_add(dst, src->data + src->off[i], src->off[i + 1] - src->off[i]);
+	return !dst->overflow;
+}
+
+opus_grammar_state *
+opus_grammar_state_new(const opus_grammar *g)
+{
+	opus_grammar_state *s = calloc(1, sizeof(*s));
+	uint32_t	a;
+
+	if (!s)
+		return NULL;
+	s->g = g;
+	sset_clear(&s->st);
+	/* one stack per alternative of root, expanded */
+	a = g->rule_start[g->root];
+	for (;;)
+	{
+		if (is_end(&g->el[a]))
+			expand(g, &s->w, NULL, 0, &s->st);
+		else
+			expand(g, &s->w, &a, 1, &s->st);
+		while (!is_end(&g->el[a]))
+			a++;
+		if (g->el[a].type == EL_END)
+			break;
+		a++;
+	}
+	if (s->st.overflow)
+		s->failed = true;
+	return s;
+}
+
+opus_grammar_state *
+opus_grammar_state_clone(const opus_grammar_state *src)
+{
+	opus_grammar_state *s = calloc(1, sizeof(*s));
+
+	if (!s)
+		return NULL;
+	s->g = src->g;
+	s->partial = src->partial;
+	s->remain = src->remain;
+	s->partial_len = src->partial_len;
+	s->failed = src->failed;
+	if (!sset_copy(&s->st, &src->st))
+		s->failed = true;
+	return s;
+}
+
+void
+opus_grammar_state_free(opus_grammar_state *s)
+{
+	if (!s)
+		return;
+	sset_destroy(&s->st);
+	sset_destroy(&s->next);
+	work_destroy(&s->w);
+	free(s);
+}
+
+/* Advance set in by code point cp into out (cleared first). */
+static void
+advance_cp(const opus_grammar *g, struct work *w, const struct sset *in,
+		   uint32_t cp, struct sset *out)
+{
+	sset_clear(out);
+	for (uint32_t i = 0; i < in->n && !out->overflow; i++)
+	{
+		const uint32_t *st = in->data + in->off[i];
+		uint32_t	len = in->off[i + 1] - in->off[i];
+		uint32_t	next;
+
+		if (len == 0)
+			continue;
+		if (!match_char(g, st[len - 1], cp, &next))
+			continue;
+		if (is_end(&g->el[next]))
+			expand(g, w, st, len - 1, out);
+		else
+		{
+			/* replace the top with next: expand needs a contiguous stack */
+			uint32_t	save = st[len - 1];
+
+			((uint32_t *) st)[len - 1] = next;
+			expand(g, w, st, len, out);
+			((uint32_t *) st)[len - 1] = save;
+		}
+	}
+}
+
+/* Some stack may match a code point that begins with the partial bytes. */
+static bool
+partial_ok(const opus_grammar *g, const struct sset *in, uint32_t partial,
+		   uint8_t remain)
+{
+	uint32_t	lo = partial << (6 * remain),
+				hi = ((partial + 1) << (6 * remain)) - 1;
+
+	for (uint32_t i = 0; i < in->n; i++)
+	{
+		uint32_t	len = in->off[i + 1] - in->off[i];
+
+		if (len > 0 && match_char_range(g, in->data[in->off[i] + len - 1], lo, hi))
+			return true;
+	}
+	return false;
+}
+
+/*
+ * The UTF-8 decoder step: returns 1 with *cp set when a code point is
+ * complete, 0 when more bytes are needed, -1 on invalid UTF-8.
+ */
+static int
+utf8_step(uint32_t *partial, uint8_t *remain, uint8_t *plen, uint8_t b, uint32_t *cp)
+{
+	if (*remain == 0)
+	{
+		if (b < 0x80)
+		{
+			*cp = b;
+			return 1;
+		}
+		if ((b & 0xE0) == 0xC0 && b >= 0xC2)
+		{
+			*partial = b & 0x1F;
+			*remain = 1;
+		}
+		else if ((b & 0xF0) == 0xE0)
+		{
+			*partial = b & 0x0F;
+			*remain = 2;
+		}
+		else if ((b & 0xF8) == 0xF0 && b <= 0xF4)
+		{
+			*partial = b & 0x07;
+			*remain = 3;
+		}
+		else
+			return -1;
+		*plen = 1;
+		return 0;
+	}
+	if ((b & 0xC0) != 0x80)
+		return -1;
+	*partial = (*partial << 6) | (b & 0x3F);
+	(*plen)++;
+	if (--*remain == 0)
+	{
+		*cp = *partial;
+		*partial = 0;
+		*plen = 0;
+		if (*cp > 0x10FFFF)
+			return -1;
+		return 1;
+	}
+	return 0;
+}
+
+bool
+opus_grammar_accept_bytes(opus_grammar_state *s, const uint8_t *bytes, size_t n)
+{
+	struct sset saved = {0};
+	uint32_t	partial = s->partial;
+	uint8_t		remain = s->remain,
+				plen = s->partial_len;
+	bool		ok = true;
+	bool		moved = false;
+
+	if (s->failed)
+		return false;
+	for (size_t i = 0; i < n && ok; i++)
+	{
+		uint32_t	cp = 0;
+		int			r = utf8_step(&partial, &remain, &plen, bytes[i], &cp);
+
+		if (r < 0)
+			ok = false;
+		else if (r == 0)
+			ok = partial_ok(s->g, &s->st, partial, remain);
+		else
+		{
+			struct sset tmp;
+
+			if (!moved)
+			{
+				/* keep the original for a rollback */
+				if (!sset_copy(&saved, &s->st))
+				{
+					ok = false;
+					break;
+				}
+				moved = true;
+			}
+			advance_cp(s->g, &s->w, &s->st, cp, &s->next);
+			if (s->next.overflow || s->next.n == 0)
+				ok = false;
+			else
+			{
+				tmp = s->st;
+				s->st = s->next;
+				s->next = tmp;
+			}
+		}
+	}
+	if (ok)
+	{
+		s->partial = partial;
+		s->remain = remain;
+		s->partial_len = plen;
+	}
+	else if (moved)
+	{
+		struct sset tmp = s->st;
+
+		s->st = saved;
+		saved = tmp;
+	}
+	sset_destroy(&saved);
+	return ok;
+}
+
+bool
+opus_grammar_is_accepting(const opus_grammar_state *s)
+{
+	if (s->failed || s->remain)
+		return false;
+	for (uint32_t i = 0; i < s->st.n; i++)
+		if (s->st.off[i + 1] == s->st.off[i])
+			return true;
+	return false;
+}
+
+bool
+opus_grammar_is_finished(const opus_grammar_state *s)
+{
+	if (s->failed)
+		return true;
+	if (s->remain)
+		return false;
+	for (uint32_t i = 0; i < s->st.n; i++)
+		if (s->st.off[i + 1] != s->st.off[i])
+			return false;
+	return true;
+}
+
+bool
+opus_grammar_matches(const opus_grammar *g, const char *text, size_t len)
+{
+	opus_grammar_state *s = opus_grammar_state_new(g);
+	bool		ok;
+
+	if (!s)
+		return false;
+	ok = opus_grammar_accept_bytes(s, (const uint8_t *) text, len) &&
+		opus_grammar_is_accepting(s);
+	opus_grammar_state_free(s);
+	return ok;
+}
+
+/* ------------------------------------------------------------------------
+ * Vocabulary trie
+ * ------------------------------------------------------------------------ */
+
+struct tnode
+{
+	uint32_t	first_child;	/* 0: none (the root is node 0) */
+	uint32_t	next_sibling;	/* 0: none */
+	int32_t		token;			/* first token ending here, -1 none */
+	uint8_t		byte;
+};
+
+struct opus_grammar_vocab
+{
+	uint64_t	uid;			/* unique per process: the mask cache key */
+	int32_t		n_vocab;
+	struct tnode *nodes;
+	uint32_t	n_nodes;
+	int32_t    *same_next;		/* next token with the same bytes, -1 */
+	uint32_t	max_depth;
+};
+
+struct sort_item
+{
+	const uint8_t *b;
+	uint32_t	len;
+	int32_t		id;
+};
+
+static int
+cmp_items(const void *a, const void *b)
+{
+	const struct sort_item *x = a,
+			   *y = b;
+	uint32_t	n = x->len < y->len ? x->len : y->len;
+	int			c = memcmp(x->b, y->b, n);
+
+	if (c)
+		return c;
+	if (x->len != y->len)
+		return x->len < y->len ? -1 : 1;
+	return x->id < y->id ? -1 : x->id > y->id;
+}
+
+static atomic_ullong vocab_uids;
+
+opus_grammar_vocab *
+opus_grammar_vocab_new(int32_t n_vocab, const uint8_t *const *bytes,
+					   const uint32_t *lens, struct opus_error *err)
+{
+	opus_grammar_vocab *v = calloc(1, sizeof(*v));
+	struct sort_item *items = NULL;
+	int32_t		n = 0;
+	size_t		cap_nodes = 1024;
+	uint32_t   *path = NULL;	/* node at each depth of the previous item */
+	uint32_t	path_len = 0;
+	const uint8_t *prev_b = NULL;
+	uint32_t	prev_len = 0;
+
+	if (!v || n_vocab < 0)
+		goto nomem;
+	v->n_vocab = n_vocab;
+	v->uid = atomic_fetch_add(&vocab_uids, 1) + 1;
+	items = malloc(((size_t) n_vocab + 1) * sizeof(*items));
+	v->same_next = malloc(((size_t) n_vocab + 1) * sizeof(int32_t));
+	v->nodes = malloc(cap_nodes * sizeof(struct tnode));
+	if (!items || !v->same_next || !v->nodes)
+		goto nomem;
+	for (int32_t t = 0; t < n_vocab; t++)
+	{
+		v->same_next[t] = -1;
+		if (lens[t] > 0 && bytes[t])
+		{
+			items[n].b = bytes[t];
+			items[n].len = lens[t];
+			items[n].id = t;
+			n++;
+			if (lens[t] > v->max_depth)
+				v->max_depth = lens[t];
+		}
+	}
+	qsort(items, (size_t) n, sizeof(*items), cmp_items);
+	path = malloc(((size_t) v->max_depth + 1) * sizeof(uint32_t));
+	if (!path)
+		goto nomem;
+	v->nodes[0] = (struct tnode)
+	{
+		0, 0, -1, 0
+	};
+	v->n_nodes = 1;
+	path[0] = 0;
+	for (int32_t i = 0; i < n; i++)
+	{
+		const struct sort_item *it = &items[i];
+		uint32_t	common = 0;
+		uint32_t	last_child;
+
+		/* the longest common prefix with the previous item */
+		if (prev_b)
+		{
+			uint32_t	m = prev_len < it->len ? prev_len : it->len;
+
+			while (common < m && prev_b[common] == it->b[common])
+				common++;
+		}
+		if (common > path_len)
+			common = path_len;
+		if (prev_b && common == it->len && common == prev_len)
+		{
+			/* same bytes as the previous token */
+			struct tnode *nd = &v->nodes[path[common]];
+			int32_t		t = nd->token;
+
+			while (v->same_next[t] >= 0)
+				t = v->same_next[t];
+			v->same_next[t] = it->id;
+			continue;
+		}
+		for (uint32_t d = common; d < it->len; d++)
+		{
+			uint32_t	parent = path[d];
+
+			if (v->n_nodes == cap_nodes)
+			{
+				struct tnode *nn;
+
+				cap_nodes *= 2;
+				nn = realloc(v->nodes, cap_nodes * sizeof(struct tnode));
+				if (!nn)
+					goto nomem;
+				v->nodes = nn;
+			}
+			v->nodes[v->n_nodes] = (struct tnode)
+			{
+				0, 0, -1, it->b[d]
+			};
+			/* sorted input: the new child is the last of the parent's */
+			last_child = v->nodes[parent].first_child;
+			if (!last_child)
+				v->nodes[parent].first_child = v->n_nodes;
+			else
+			{
+				while (v->nodes[last_child].next_sibling)
+					last_child = v->nodes[last_child].next_sibling;
+				v->nodes[last_child].next_sibling = v->n_nodes;
+			}
+			path[d + 1] = v->n_nodes;
+			v->n_nodes++;
+		}
+		path_len = it->len;
+		v->nodes[path[it->len]].token = it->id;
+		prev_b = it->b;
+		prev_len = it->len;
+	}
+	free(items);
+	free(path);
+	return v;
+
+nomem:
+	free(items);
+	free(path);
+	opus_grammar_vocab_free(v);
+	opus_error_set(err, OPUS_ERR_NOMEM, "out of memory building the grammar vocabulary");
+	return NULL;
+}
+
+void
+opus_grammar_vocab_free(opus_grammar_vocab *v)
+{
+	if (!v)
+		return;
+	free(v->nodes);
+	free(v->same_next);
+	free(v);
+}
+
+int32_t
+opus_grammar_vocab_size(const opus_grammar_vocab *v)
+{
+	return v->n_vocab;
+}
+
+/* ------------------------------------------------------------------------
+ * Masks: the trie walk over a lazily built DFA
+ * ------------------------------------------------------------------------ */
+
+/*
+ * An interned state: a canonical stack set (stacks sorted) and the partial
+ * code point.  ids index dfa->states; DEAD (0) is the rejecting state.
+ */
+struct dstate
+{
+	uint32_t	off;			/* into dfa->keys */
+	uint32_t	len;
+	uint64_t	hash;
+};
+
+struct dfa
+{
+	const opus_grammar *g;
+	uint32_t   *keys;			/* per state: partial, remain, plen, n, then stacks as len,items */
+	size_t		n_keys,
+				cap_keys;
+	struct dstate *states;
+	uint32_t	n_states,
+				cap_states;
+	uint32_t   *stab;			/* state intern table: id + 1 */
+	uint32_t	stab_cap;
+	uint64_t   *ttab;			/* transitions: key (id << 8 | byte) + 1 */
+	uint32_t   *tval;
+	uint32_t	ttab_cap,
+				n_trans;
+	struct sset a,
+				b;
+	struct work w;
+	uint32_t   *order;
+	uint32_t	order_cap;
+	bool		overflow;
+};
+
+#define DFA_DEAD 0
+#define DFA_MAX_STATES 65536
+
+static int
+cmp_stack_ptrs(const void *x, const void *y, void *arg)
+{
+	const struct sset *s = arg;
+	uint32_t	i = *(const uint32_t *) x,
+				j = *(const uint32_t *) y;
+	uint32_t	li = s->off[i + 1] - s->off[i],
+				lj = s->off[j + 1] - s->off[j];
+	uint32_t	m = li < lj ? li : lj;
+
+	for (uint32_t k = 0; k < m; k++)
+	{
+		uint32_t	a = s->data[s->off[i] + k],
+					b = s->data[s->off[j] + k];
+
+		if (a != b)
+			return a < b ? -1 : 1;
+	}
+	return li < lj ? -1 : li > lj;
+}
+
+/* Serialize (canonical) into dfa->keys at its end; returns length. */
+static bool
+dfa_key(struct dfa *d, const struct sset *s, uint32_t partial, uint8_t remain,
+		uint8_t plen, uint32_t *order, size_t *len_out)
+{
+	size_t		need = 4 + s->n + s->n_data;
+	size_t		at;
+
+	if (d->n_keys + need > d->cap_keys)
+	{
+		size_t		nc = d->cap_keys ? d->cap_keys * 2 : 4096;
+		uint32_t   *nk;
+
+		while (nc < d->n_keys + need)
+			nc *= 2;
+		nk = realloc(d->keys, nc * sizeof(uint32_t));
+		if (!nk)
+			return false;
+		d->keys = nk;
+		d->cap_keys = nc;
+	}
+	for (uint32_t i = 0; i < s->n; i++)
+		order[i] = i;
+	qsort_r(order, s->n, sizeof(uint32_t), cmp_stack_ptrs, (void *) s);
+	at = d->n_keys;
+	d->keys[at++] = partial;
+	d->keys[at++] = remain;
+	d->keys[at++] = plen;
+	d->keys[at++] = s->n;
+	for (uint32_t i = 0; i < s->n; i++)
+	{
+		uint32_t	k = order[i];
+		uint32_t	l = s->off[k + 1] - s->off[k];
+
+		d->keys[at++] = l;
+		if (l)
+			memcpy(d->keys + at, s->data + s->off[k], l * sizeof(uint32_t));
+		at += l;
+	}
+	*len_out = at - d->n_keys;
+	return true;
+}
+
+/* Intern the key just written at d->keys + d->n_keys (length len). */
+static uint32_t
+dfa_intern(struct dfa *d, size_t len)
+{
+	const uint32_t *key = d->keys + d->n_keys;
+	uint64_t	h = hash_bytes(0xcbf29ce484222325ULL, key, len * sizeof(uint32_t));
+	uint32_t	k;
+
+	if ((d->n_states + 1) * 2 > d->stab_cap)
+	{
+		uint32_t	nc = d->stab_cap ? d->stab_cap * 2 : 256;
+		uint32_t   *nt = calloc(nc, sizeof(uint32_t));
+
+		if (!nt)
+			return UINT32_MAX;
+		for (uint32_t i = 1; i < d->n_states; i++)
+		{
+			uint32_t	j = (uint32_t) d->states[i].hash & (nc - 1);
+
+			while (nt[j])
+				j = (j + 1) & (nc - 1);
+			nt[j] = i + 1;
+		}
+		free(d->stab);
+		d->stab = nt;
+		d->stab_cap = nc;
+	}
+	k = (uint32_t) h & (d->stab_cap - 1);
+	while (d->stab[k])
+	{
+		const struct dstate *ds = &d->states[d->stab[k] - 1];
+
+		if (ds->hash == h && ds->len == len &&
+			memcmp(d->keys + ds->off, key, len * sizeof(uint32_t)) == 0)
+			return d->stab[k] - 1;
+		k = (k + 1) & (d->stab_cap - 1);
+	}
+	if (d->n_states >= DFA_MAX_STATES)
+		return UINT32_MAX;
+	if (d->n_states == d->cap_states)
+	{
+		uint32_t	nc = d->cap_states ? d->cap_states * 2 : 64;
+		struct dstate *ns = realloc(d->states, nc * sizeof(*ns));
+
+		if (!ns)
+			return UINT32_MAX;
+		d->states = ns;
+		d->cap_states = nc;
+	}
+	d->states[d->n_states] = (struct dstate)
+	{
+		(uint32_t) d->n_keys, (uint32_t) len, h
+	};
+	d->n_keys += len;
+	d->stab[k] = d->n_states + 1;
+	return d->n_states++;
+}
+
+/* Load state id into d->a, returning partial bits. */
+static void
+dfa_load(struct dfa *d, uint32_t id, uint32_t *partial, uint8_t *remain, uint8_t *plen)
+{
+	const uint32_t *k = d->keys + d->states[id].off;
+	uint32_t	n;
+
+	*partial = k[0];
+	*remain = (uint8_t) k[1];
+	*plen = (uint8_t) k[2];
+	n = k[3];
+	k += 4;
+	sset_clear(&d->a);
+	for (uint32_t i = 0; i < n; i++)
+	{
+		sset_add(&d->a, k + 1, k[0]);
+		k += 1 + k[0];
+	}
+}
+
+static uint32_t *order_scratch(struct dfa *d, uint32_t n);
+
+static uint32_t
+dfa_add(struct dfa *d, const struct sset *s, uint32_t partial, uint8_t remain, uint8_t plen)
+{
+	size_t		len;
+	uint32_t   *order = order_scratch(d, s->n);
+
+	if (!order || !dfa_key(d, s, partial, remain, plen, order, &len))
+		return UINT32_MAX;
+	return dfa_intern(d, len);
+}
+
+static uint32_t *
+order_scratch(struct dfa *d, uint32_t n)
+{
+	if (n + 1 > d->order_cap)
+	{
+		uint32_t	nc = d->order_cap ? d->order_cap : 64;
+		uint32_t   *no;
+
+		while (nc < n + 1)
+			nc *= 2;
+		no = realloc(d->order, nc * sizeof(uint32_t));
+		if (!no)
+			return NULL;
+		d->order = no;
+		d->order_cap = nc;
+	}
+	return d->order;
+}
+
+/* The successor of state id by byte b (DFA_DEAD when rejected). */
+static uint32_t
+dfa_step(struct dfa *d, uint32_t id, uint8_t b)
+{
+	uint64_t	key = ((uint64_t) id << 8 | b) + 1;
+	uint32_t	k;
+	uint32_t	partial,
+				cp = 0,
+				res;
+	uint8_t		remain,
+				plen;
+	int			r;
+
+	if (d->ttab_cap && (d->n_trans + 1) * 2 <= d->ttab_cap)
+	{
+	}
+	else
+	{
+		uint32_t	nc = d->ttab_cap ? d->ttab_cap * 2 : 4096;
+		uint64_t   *nt = calloc(nc, sizeof(uint64_t));
+		uint32_t   *nv = malloc(nc * sizeof(uint32_t));
+
+		if (!nt || !nv)
+		{
+			free(nt);
+			free(nv);
+			d->overflow = true;
+			return DFA_DEAD;
+		}
+		for (uint32_t i = 0; i < d->ttab_cap; i++)
+			if (d->ttab[i])
+			{
+				uint32_t	j = (uint32_t) ((d->ttab[i] * 0x9E3779B97F4A7C15ULL) >> 40) & (nc - 1);
+
+				while (nt[j])
+					j = (j + 1) & (nc - 1);
+				nt[j] = d->ttab[i];
+				nv[j] = d->tval[i];
+			}
+		free(d->ttab);
+		free(d->tval);
+		d->ttab = nt;
+		d->tval = nv;
+		d->ttab_cap = nc;
+	}
+	k = (uint32_t) ((key * 0x9E3779B97F4A7C15ULL) >> 40) & (d->ttab_cap - 1);
+	while (d->ttab[k])
+	{
+		if (d->ttab[k] == key)
+			return d->tval[k];
+		k = (k + 1) & (d->ttab_cap - 1);
+	}
+
+	/* compute */
+	dfa_load(d, id, &partial, &remain, &plen);
+	r = utf8_step(&partial, &remain, &plen, b, &cp);
+	res = DFA_DEAD;
+	if (r == 0)
+	{
+		if (partial_ok(d->g, &d->a, partial, remain))
+			res = dfa_add(d, &d->a, partial, remain, plen);
+	}
+	else if (r == 1)
+	{
+		advance_cp(d->g, &d->w, &d->a, cp, &d->b);
+		if (!d->b.overflow && d->b.n > 0)
+			res = dfa_add(d, &d->b, 0, 0, 0);
+		else if (d->b.overflow)
+			d->overflow = true;
+	}
+	if (res == UINT32_MAX)
+	{
+		d->overflow = true;
+		res = DFA_DEAD;
+	}
+	/* the table may not have moved: dfa_add does not touch it */
+	d->ttab[k] = key;
+	d->tval[k] = res;
+	d->n_trans++;
+	return res;
+}
+
+static void
+dfa_destroy(struct dfa *d)
+{
+	free(d->keys);
+	free(d->states);
+	free(d->stab);
+	free(d->ttab);
+	free(d->tval);
+	free(d->order);
+	sset_destroy(&d->a);
+	sset_destroy(&d->b);
+	work_destroy(&d->w);
+}
+
+static int32_t
+walk(struct dfa *d, const opus_grammar_vocab *v, uint32_t node, uint32_t id,
+	 uint32_t *mask)
+{
+	int32_t		n = 0;
+
+	for (uint32_t c = v->nodes[node].first_child; c; c = v->nodes[c].next_sibling)
+	{
+		uint32_t	nid = dfa_step(d, id, v->nodes[c].byte);
+
+		if (nid == DFA_DEAD)
+			continue;
+		for (int32_t t = v->nodes[c].token; t >= 0; t = v->same_next[t])
+		{
+			mask[t >> 5] |= 1u << (t & 31);
+			n++;
+		}
+		if (v->nodes[c].first_child)
+			n += walk(d, v, c, nid, mask);
+	}
+	return n;
+}
+
+static int32_t
+mask_compute(const opus_grammar_state *s, const opus_grammar_vocab *v,
+			 uint32_t *mask)
+{
+	struct dfa	d = {0};
+	uint32_t	root;
+	int32_t		n = 0;
+	struct sset dead = {0};
+
+	d.g = s->g;
+	sset_clear(&dead);
+	/* state 0: dead (an empty set that is never stepped) */
+	if (dfa_add(&d, &dead, UINT32_MAX, 0, 0) != DFA_DEAD)
+		goto out;
+	root = dfa_add(&d, &s->st, s->partial, s->remain, s->partial_len);
+	if (root == UINT32_MAX)
+		goto out;
+	n = walk(&d, v, 0, root, mask);
+out:
+	sset_destroy(&dead);
+	dfa_destroy(&d);
+	return n;
+}
+
+int32_t
+opus_grammar_mask(const opus_grammar_state *s, const opus_grammar_vocab *v,
+				  uint32_t *mask)
+{
+	opus_grammar *g = (opus_grammar *) s->g;
+	size_t		words = ((size_t) v->n_vocab + 31) / 32;
+	uint32_t   *key;
+	size_t		key_len;
+	uint64_t	h;
+	int32_t		n;
+	struct dfa	kd = {0};
+	uint32_t   *order;
+
+	memset(mask, 0, words * sizeof(uint32_t));
+	if (s->failed)
+		return 0;
+
+	/* the canonical key of this state */
+	order = order_scratch(&kd, s->st.n);
+	if (!order || !dfa_key(&kd, &s->st, s->partial, s->remain, s->partial_len,
+						   order, &key_len))
+	{
+		dfa_destroy(&kd);
+		return mask_compute(s, v, mask);
+	}
+	key = kd.keys;
+	h = hash_bytes(0xcbf29ce484222325ULL, key, key_len * sizeof(uint32_t));
+
+	pthread_mutex_lock(&g->mask_mu);
+	for (int i = 0; i < g->n_masks; i++)
+	{
+		struct mask_entry *m = &g->masks[i];
+
+		if (m->vocab_uid == v->uid && m->hash == h && m->key_len == key_len &&
+			memcmp(m->key, key, key_len * sizeof(uint32_t)) == 0)
+		{
+			memcpy(mask, m->mask, words * sizeof(uint32_t));
+			m->last_use = ++g->mask_tick;
+			n = m->n_allowed;
+			pthread_mutex_unlock(&g->mask_mu);
+			dfa_destroy(&kd);
+			return n;
+		}
+	}
+	pthread_mutex_unlock(&g->mask_mu);
+
+	n = mask_compute(s, v, mask);
+
+	/* remember it */
+	{
+		struct mask_entry e = {v->uid, h, NULL, key_len, NULL, n, 0};
+
+		e.key = malloc(key_len * sizeof(uint32_t));
+		e.mask = malloc(words * sizeof(uint32_t));
+		if (e.key && e.mask)
+		{
+			memcpy(e.key, key, key_len * sizeof(uint32_t));
+			memcpy(e.mask, mask, words * sizeof(uint32_t));
+			pthread_mutex_lock(&g->mask_mu);
+			if (!g->masks)
+				g->masks = calloc(MASK_CACHE_MAX, sizeof(struct mask_entry));
+			if (g->masks)
+			{
+				int			victim = g->n_masks;
+
+				if (g->n_masks == MASK_CACHE_MAX)
+				{
+					victim = 0;
+					for (int i = 1; i < g->n_masks; i++)
+						if (g->masks[i].last_use < g->masks[victim].last_use)
+							victim = i;
+					free(g->masks[victim].key);
+					free(g->masks[victim].mask);
+				}
+				else
+					g->n_masks++;
+				e.last_use = ++g->mask_tick;
+				g->masks[victim] = e;
+				e.key = NULL;
+				e.mask = NULL;
+			}
+			pthread_mutex_unlock(&g->mask_mu);
+		}
+		free(e.key);
+		free(e.mask);
+	}
+	dfa_destroy(&kd);
+	return n;
+}
