@@ -406,8 +406,9 @@ on_event(void *user, const struct opus_event *ev)
  * Tokenize text into a malloc'd array.  Returns OPUS_OK and sets *out and *n.
  */
 static enum opus_status
-tokenize(struct serve *s, const char *text, size_t len, bool parse_special,
-		 int32_t **out, int64_t *n, struct opus_error *err)
+tokenize_spans(struct serve *s, const char *text, size_t len, bool parse_special,
+			   const struct opus_text_span *literal, int n_literal,
+			   int32_t **out, int64_t *n, struct opus_error *err)
 {
 	int64_t		cap = (int64_t) len + 8;
 	int32_t    *toks = NULL;
@@ -423,8 +424,8 @@ tokenize(struct serve *s, const char *text, size_t len, bool parse_special,
 			return opus_error_set(err, OPUS_ERR_NOMEM, "out of memory tokenizing the prompt");
 		}
 		toks = p;
-		st = opus_tokenizer_encode(s->tok, text, len, true, parse_special,
-								   toks, cap, n, err);
+		st = opus_tokenizer_encode_spans(s->tok, text, len, true, parse_special,
+										 literal, n_literal, toks, cap, n, err);
 		if (st == OPUS_OK)
 		{
 			*out = toks;
@@ -438,17 +439,134 @@ tokenize(struct serve *s, const char *text, size_t len, bool parse_special,
 	return st;
 }
 
-/* Render chat messages with the model's template into a malloc'd string. */
+static enum opus_status
+tokenize(struct serve *s, const char *text, size_t len, bool parse_special,
+		 int32_t **out, int64_t *n, struct opus_error *err)
+{
+	return tokenize_spans(s, text, len, parse_special, NULL, 0, out, n, err);
+}
+
+/*
+ * Chat message contents are data: special-token text in them ("<|im_end|>")
+ * must not close the turn and open one the user forged.  When a content has
+ * control-token text, the messages are rendered a second time with a marker
+ * in place of each content; the markers give where each content (as it is,
+ * or trimmed as templates' `| trim` does) lies in the real rendering, and
+ * those spans are tokenized as plain text (opus_tokenizer_encode_spans).
+ */
+#define CONTENT_MARK "\x1fopus-content-"
+
+struct spans
+{
+	struct opus_text_span *v;
+	int			n,
+				cap;
+};
+
+static bool
+spans_push(struct spans *sp, size_t off, size_t len)
+{
+	if (sp->n == sp->cap)
+	{
+		int			cap = sp->cap ? sp->cap * 2 : 16;
+		struct opus_text_span *v = realloc(sp->v, (size_t) cap * sizeof(*v));
+
+		if (!v)
+			return false;
+		sp->v = v;
+		sp->cap = cap;
+	}
+	sp->v[sp->n].off = off;
+	sp->v[sp->n].len = len;
+	sp->n++;
+	return true;
+}
+
+static bool
+is_jinja_space(char c)
+{
+	return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f';
+}
+
+/*
+ * Walk the marked rendering (rm) beside the real one (r), taking content i
+ * (trimmed when trim) for each marker; true when that yields r exactly,
+ * with the contents' spans in sp.
+ */
+static bool
+match_marked(const char *r, size_t rlen, const char *rm, size_t rmlen,
+			 const struct opus_chat_msg *msgs, int n, bool trim,
+			 struct spans *sp, bool *oom)
+{
+	size_t		p = 0,
+				q = 0,
+				ml = strlen(CONTENT_MARK);
+
+	sp->n = 0;
+	while (p < rmlen)
+	{
+		if (rmlen - p > ml && memcmp(rm + p, CONTENT_MARK, ml) == 0)
+		{
+			char	   *end;
+			unsigned long i = strtoul(rm + p + ml, &end, 10);
+			const char *c;
+			size_t		cl;
+
+			if (end == rm + p + ml || (size_t) (end - rm) >= rmlen || *end != '\x1f' || i >= (unsigned long) n)
+				return false;
+			c = msgs[i].content;
+			cl = strlen(c);
+			if (trim)
+			{
+				while (cl > 0 && is_jinja_space(*c))
+					c++, cl--;
+				while (cl > 0 && is_jinja_space(c[cl - 1]))
+					cl--;
+			}
+			if (rlen - q < cl || memcmp(r + q, c, cl) != 0)
+				return false;
+			if (cl > 0 && !spans_push(sp, q, cl))
+			{
+				*oom = true;
+				return false;
+			}
+			q += cl;
+			p = (size_t) (end - rm) + 1;
+			continue;
+		}
+		if (q >= rlen || r[q] != rm[p])
+			return false;
+		p++, q++;
+	}
+	return q == rlen;
+}
+
+/*
+ * Render chat messages with the model's template into a malloc'd string;
+ * *literal / *n_literal (malloc'd, may be NULL / 0): the spans to tokenize
+ * as plain text.
+ */
 static enum opus_status
 render_chat(struct serve *s, const struct opus_proto_submit *m,
-			char **text, size_t *text_len, struct opus_error *err)
+			char **text, size_t *text_len,
+			struct opus_text_span **literal, int *n_literal,
+			struct opus_error *err)
 {
 	static const char *const roles[OPUS_ROLE__COUNT] = {"system", "user", "assistant"};
 	struct opus_chat_msg *msgs;
+	struct opus_chat_msg *marked = NULL;
 	char	   *store;
+	char	   *marks = NULL;
+	char	   *rm = NULL;
+	size_t		rm_len = 0;
 	uint32_t	pos = 0;
+	int32_t		control = -1;
+	struct spans sp = {0};
+	bool		oom = false;
 	enum opus_status st;
 
+	*literal = NULL;
+	*n_literal = 0;
 	msgs = calloc(m->n_items, sizeof(*msgs));
 	/* contents + one NUL each */
 	store = malloc((size_t) m->data_len + m->n_items);
@@ -471,11 +589,62 @@ render_chat(struct serve *s, const struct opus_proto_submit *m,
 			w[c.len] = '\0';
 			msgs[i].role = roles[role];
 			msgs[i].content = w;
+			if (control < 0)
+				control = opus_tokenizer_find_control(s->tok, c.ptr, c.len);
 			w += c.len + 1;
 		}
 	}
 	st = opus_chat_renderer_apply(s->chat, msgs, (int) m->n_items, NULL, 0, true,
 								  text, text_len, err);
+	if (st != OPUS_OK || control < 0)
+		goto out;
+
+	/* a content has special-token text: find where the contents are */
+	marked = calloc(m->n_items, sizeof(*marked));
+	marks = malloc((size_t) m->n_items * 40);
+	if (!marked || !marks)
+	{
+		st = opus_error_set(err, OPUS_ERR_NOMEM, "out of memory rendering chat messages");
+		goto fail;
+	}
+	for (uint32_t i = 0; i < m->n_items; i++)
+	{
+		snprintf(marks + (size_t) i * 40, 40, CONTENT_MARK "%u\x1f", i);
+		marked[i].role = msgs[i].role;
+		marked[i].content = marks + (size_t) i * 40;
+	}
+	st = opus_chat_renderer_apply(s->chat, marked, (int) m->n_items, NULL, 0, true,
+								  &rm, &rm_len, err);
+	if (st != OPUS_OK)
+		goto fail;
+	if (!match_marked(*text, *text_len, rm, rm_len, msgs, (int) m->n_items, false, &sp, &oom) &&
+		(oom || !match_marked(*text, *text_len, rm, rm_len, msgs, (int) m->n_items, true, &sp, &oom)))
+	{
+		char		piece[64];
+		int			pl = opus_tokenizer_piece(s->tok, control, true, piece, (int) sizeof(piece) - 1);
+
+		piece[pl < 0 ? 0 : (pl > (int) sizeof(piece) - 1 ? (int) sizeof(piece) - 1 : pl)] = '\0';
+		if (oom)
+			st = opus_error_set(err, OPUS_ERR_NOMEM, "out of memory rendering chat messages");
+		else
+			st = opus_error_set(err, OPUS_ERR_TEMPLATE,
+								"a message content contains the special-token text \"%s\", and the chat template changes message contents, so it cannot be kept as plain text",
+								piece);
+		goto fail;
+	}
+	*literal = sp.v;
+	*n_literal = sp.n;
+	sp.v = NULL;
+	goto out;
+fail:
+	free(*text);
+	*text = NULL;
+	*text_len = 0;
+out:
+	free(sp.v);
+	free(rm);
+	free(marks);
+	free(marked);
 	free(msgs);
 	free(store);
 	return st;
@@ -588,10 +757,14 @@ handle_generate(struct serve *s, uint64_t id, const struct opus_proto_submit *m)
 	{
 		char	   *text = NULL;
 		size_t		text_len = 0;
+		struct opus_text_span *literal = NULL;
+		int			n_literal = 0;
 
-		st = render_chat(s, m, &text, &text_len, &err);
+		st = render_chat(s, m, &text, &text_len, &literal, &n_literal, &err);
 		if (st == OPUS_OK)
-			st = tokenize(s, text, text_len, true, &toks, &n, &err);
+			st = tokenize_spans(s, text, text_len, true, literal, n_literal,
+								&toks, &n, &err);
+		free(literal);
 		free(text);
 	}
 	else

@@ -839,9 +839,27 @@ struct frag
 				len;
 };
 
+/* Whether [off, off + n) overlaps one of the literal spans. */
+static bool
+in_literal(const struct opus_text_span *lit, int n_lit, size_t off, size_t n)
+{
+	for (int i = 0; i < n_lit; i++)
+	{
+		if (off < lit[i].off + lit[i].len && off + n > lit[i].off)
+			return true;
+	}
+	return false;
+}
+
+/*
+ * Split text at special-token texts.  Control (and unknown) tokens are
+ * recognised only with parse_special, and then not where they overlap a
+ * literal span (chat message contents: there they stay plain text).
+ */
 static bool
 partition_special(const struct opus_tokenizer *t, const char *text, size_t len,
-				  bool parse_special, struct vec *frags)
+				  bool parse_special, const struct opus_text_span *lit,
+				  int n_lit, struct vec *frags)
 {
 	struct vec	next = {.elem = sizeof(struct frag)};
 	struct frag *f;
@@ -873,8 +891,9 @@ partition_special(const struct opus_tokenizer *t, const char *text, size_t len,
 		size_t		tl;
 		const char *tt = tok_text(t, id, &tl);
 		bool		found = false;
+		bool		control = (t->attr[id] & (ATTR_CONTROL | ATTR_UNKNOWN)) != 0;
 
-		if (!parse_special && (t->attr[id] & (ATTR_CONTROL | ATTR_UNKNOWN)))
+		if (!parse_special && control)
 			continue;
 		if (tl == 0 || tl > len)
 			continue;
@@ -899,15 +918,20 @@ partition_special(const struct opus_tokenizer *t, const char *text, size_t len,
 				*nf = cur;
 				continue;
 			}
-			while (cur.len > 0)
+			for (size_t from = cur.off; from < cur.off + cur.len;)
 			{
-				const char *m = memmem(text + cur.off, cur.len, tt, tl);
+				const char *m = memmem(text + from, cur.off + cur.len - from, tt, tl);
 				size_t		mo;
 
 				if (!m)
 					break;
-				found = true;
 				mo = (size_t) (m - text);
+				if (control && n_lit > 0 && in_literal(lit, n_lit, mo, tl))
+				{
+					from = mo + 1;
+					continue;
+				}
+				found = true;
 				if (mo > cur.off)
 				{
 					if (!(nf = vec_push(&next)))
@@ -923,6 +947,7 @@ partition_special(const struct opus_tokenizer *t, const char *text, size_t len,
 				nf->len = tl;
 				cur.len -= mo + tl - cur.off;
 				cur.off = mo + tl;
+				from = cur.off;
 			}
 			if (cur.len > 0)
 			{
@@ -950,11 +975,40 @@ oom:
 
 /* ---------------------------------------------------------------- encode */
 
+int32_t
+opus_tokenizer_find_control(const struct opus_tokenizer *t, const char *text,
+							size_t len)
+{
+	for (int32_t si = 0; si < t->n_special; si++)
+	{
+		int32_t		id = t->special[si];
+		size_t		tl;
+		const char *tt = tok_text(t, id, &tl);
+
+		if (!(t->attr[id] & (ATTR_CONTROL | ATTR_UNKNOWN)) || tl == 0 || tl > len)
+			continue;
+		if (memmem(text, len, tt, tl))
+			return id;
+	}
+	return -1;
+}
+
 enum opus_status
 opus_tokenizer_encode(const struct opus_tokenizer *t, const char *text,
 					  size_t len, bool add_special, bool parse_special,
 					  int32_t *out, int64_t max_out, int64_t *n_out,
 					  struct opus_error *err)
+{
+	return opus_tokenizer_encode_spans(t, text, len, add_special, parse_special,
+									   NULL, 0, out, max_out, n_out, err);
+}
+
+enum opus_status
+opus_tokenizer_encode_spans(const struct opus_tokenizer *t, const char *text,
+							size_t len, bool add_special, bool parse_special,
+							const struct opus_text_span *literal, int n_literal,
+							int32_t *out, int64_t max_out, int64_t *n_out,
+							struct opus_error *err)
 {
 	struct enc	e = {
 		.t = t,
@@ -976,7 +1030,7 @@ opus_tokenizer_encode(const struct opus_tokenizer *t, const char *text,
 	if (max_out < 0 || (max_out > 0 && out == NULL))
 		return opus_error_set(err, OPUS_ERR_INVALID_ARG, "bad output buffer");
 
-	if (!partition_special(t, text, len, parse_special, &frags))
+	if (!partition_special(t, text, len, parse_special, literal, n_literal, &frags))
 		e.failed = true;
 
 	if (t->kind == KIND_WPM)

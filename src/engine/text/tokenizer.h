@@ -54,6 +54,30 @@ enum opus_status opus_tokenizer_encode(const struct opus_tokenizer *t,
 									   struct opus_error *err);
 
 /*
+ * The same, where control-token text overlapping one of the literal spans
+ * (byte ranges of text) stays plain text even with parse_special: the
+ * engine renders chat messages with the template and tokenizes the
+ * template's markup with special tokens, the message contents without.
+ */
+struct opus_text_span
+{
+	size_t		off,
+				len;
+};
+enum opus_status opus_tokenizer_encode_spans(const struct opus_tokenizer *t,
+											 const char *text, size_t len,
+											 bool add_special, bool parse_special,
+											 const struct opus_text_span *literal,
+											 int n_literal,
+											 int32_t *out, int64_t max_out,
+											 int64_t *n_out,
+											 struct opus_error *err);
+
+/* The id of a control token whose text occurs in text, or -1. */
+int32_t		opus_tokenizer_find_control(const struct opus_tokenizer *t,
+										const char *text, size_t len);
+
+/*
  * The bytes of one token as llama.cpp's token_to_piece(special=render_special)
  * returns them (byte-level BPE decoded to raw bytes, SentencePiece "▁" to
  * space, <0xXX> to the byte; special tokens empty unless render_special).
