@@ -1,7 +1,6 @@
 /*
  * async.c - asynchronous requests (opus_submit, opus_result, opus_cancel,
- * opus_wait) and set-based generation (opus_generate_many,
- * opus_chat_many).
+ * opus_wait) and the slot budget they share with set-based calls (many.c).
  *
  * An asynchronous request is an ordinary request slot (shmem.c) claimed
  * with slot->async set.  Nobody waits on it while it runs, and it is not
@@ -44,11 +43,6 @@
  * cancelled when the session exits or any (top-level) transaction of the
  * session aborts before their result was read.  opus_job_run uses this so that an
  * interrupted run does not leave requests behind.
- *
- * Set-based generation keeps a window of requests in flight (ordinary,
- * non-async slots), refilling it as results arrive so the engine can batch
- * them, and returns one row per input in input order.  If anything fails,
- * the error cleanup cancels every request still in flight.
  */
 #include "postgres.h"
 
@@ -80,8 +74,6 @@ PG_FUNCTION_INFO_V1(opus_result_completion);
 PG_FUNCTION_INFO_V1(opus_cancel);
 PG_FUNCTION_INFO_V1(opus_wait);
 PG_FUNCTION_INFO_V1(opus_async_requests);
-PG_FUNCTION_INFO_V1(opus_generate_many);
-PG_FUNCTION_INFO_V1(opus_chat_many);
 
 /* How often waits for several requests look at the ones not slept on. */
 #define POLL_MS			5
@@ -133,8 +125,8 @@ OpusDefineAsyncSettings(void)
 }
 
 /* The number of slots async requests may hold now. */
-static int
-async_cap(void)
+int
+OpusAsyncCap(void)
 {
 	int			n = OpusShared->n_slots;
 
@@ -144,10 +136,10 @@ async_cap(void)
 }
 
 /* The number of those slots one role may hold now (at least 1 if any). */
-static int
-role_cap(void)
+int
+OpusAsyncRoleCap(void)
 {
-	int			cap = async_cap();
+	int			cap = OpusAsyncCap();
 
 	if (opus_max_async_requests_per_role < 0)
 		return Max(Min(cap, 1), cap / 2);
@@ -157,12 +149,6 @@ role_cap(void)
 /* ---------------------------------------------------------------------
  * Slot helpers
  * --------------------------------------------------------------------- */
-
-static bool
-finished_state(OpusSlotState st)
-{
-	return st == OPUS_SLOT_DONE || st == OPUS_SLOT_ERROR;
-}
 
 /*
  * Free async results that have been finished for longer than
@@ -179,10 +165,10 @@ expire_results(void)
 		OpusSlot   *slot = OpusGetSlot(i);
 
 		/* unlocked peek; rechecked under the lock */
-		if (!slot->async || !finished_state(slot->state))
+		if (!slot->async || !OpusSlotFinished(slot->state))
 			continue;
 		SpinLockAcquire(&slot->mutex);
-		if (slot->async && finished_state(slot->state) && slot->finish_time != 0 &&
+		if (slot->async && OpusSlotFinished(slot->state) && slot->finish_time != 0 &&
 			TimestampDifferenceExceeds(slot->finish_time, now, opus_async_retention_s * 1000))
 			slot->state = OPUS_SLOT_FREE;
 		SpinLockRelease(&slot->mutex);
@@ -194,8 +180,8 @@ expire_results(void)
  * FREE, and CANCELLED, which the supervisor frees at its next pass.  The
  * return value counts all of them, *n_role those of role.
  */
-static int
-count_budget(Oid role, int *n_role)
+int
+OpusAsyncBudgetHeld(Oid role, int *n_role)
 {
 	int			n = 0;
 	int			i;
@@ -413,7 +399,7 @@ submit_async(const OpusRequest *req, bool detached)
 	uint64		id = 0;
 	int			index;
 	OpusSlot   *slot;
-	int			cap = async_cap();
+	int			cap = OpusAsyncCap();
 
 	OpusCheckRequestSize(req);
 	expire_results();
@@ -431,8 +417,8 @@ submit_async(const OpusRequest *req, bool detached)
 	PG_ENSURE_ERROR_CLEANUP(abandon_callback, Int64GetDatum((int64) id));
 	{
 		int			n_role;
-		int			n = count_budget(GetUserId(), &n_role);
-		int			rcap = role_cap();
+		int			n = OpusAsyncBudgetHeld(GetUserId(), &n_role);
+		int			rcap = OpusAsyncRoleCap();
 
 		if (n > cap)
 			ereport(ERROR,
@@ -551,7 +537,7 @@ wait_async(int64 id, long timeout_ms)
 		st = l.slot->state;
 		same = l.slot->request_id == (uint64) id;
 		SpinLockRelease(&l.slot->mutex);
-		if (!same || st == OPUS_SLOT_FREE || finished_state(st))
+		if (!same || st == OPUS_SLOT_FREE || OpusSlotFinished(st))
 		{
 			finished = true;
 			break;
@@ -587,7 +573,7 @@ take_result(int64 id, OpusResult *res)
 	char		err_detail[OPUS_PROTO_MSG_LEN];
 
 	SpinLockAcquire(&slot->mutex);
-	if (slot->request_id == (uint64) id && slot->async && finished_state(slot->state))
+	if (slot->request_id == (uint64) id && slot->async && OpusSlotFinished(slot->state))
 	{
 		was_error = slot->state == OPUS_SLOT_ERROR;
 		slot->state = OPUS_SLOT_FILLING;
@@ -639,7 +625,7 @@ result_common(FunctionCallInfo fcinfo, OpusResult *res, uint8 *kind)
 	id = PG_GETARG_INT64(0);
 	l = lookup_accessible(id);
 	*kind = l.kind;
-	if (!finished_state(l.state))
+	if (!OpusSlotFinished(l.state))
 	{
 		if (!wait || !wait_async(id, timeout_ms))
 			return false;
@@ -738,7 +724,7 @@ opus_wait(PG_FUNCTION_ARGS)
 		{
 			AsyncLookup l = lookup_async(DatumGetInt64(elems[k]));
 
-			if (l.slot == NULL || finished_state(l.state))
+			if (l.slot == NULL || OpusSlotFinished(l.state))
 			{
 				ConditionVariableCancelSleep();
 				PG_RETURN_INT64(DatumGetInt64(elems[k]));
@@ -837,275 +823,11 @@ opus_async_requests(PG_FUNCTION_ARGS)
 		values[5] = TimestampTzGetDatum(submitted);
 		nulls[5] = submitted == 0;
 		values[6] = TimestampTzGetDatum(finished);
-		nulls[6] = !finished_state(st) || finished == 0;
+		nulls[6] = !OpusSlotFinished(st) || finished == 0;
 		values[7] = TimestampTzGetDatum(TimestampTzPlusMilliseconds(finished,
 																	(int64) opus_async_retention_s * 1000));
 		nulls[7] = nulls[6];
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 	}
 	return (Datum) 0;
-}
-
-/* ---------------------------------------------------------------------
- * Set-based generation
- * --------------------------------------------------------------------- */
-
-/* Requests of one opus_generate_many call that are in flight. */
-typedef struct ManyState
-{
-	int			window;
-	int			n_inflight;
-	int		   *input;			/* [window] input ordinal (0-based) */
-	uint64	   *ids;			/* [window] request id */
-} ManyState;
-
-/*
- * Claim a slot for a set-based call's window, within the budget (the
- * async cap and the role's share, see Capacity at the top); -1 when no
- * slot is free or the budget is spent (the caller waits for its own
- * requests).  A call with nothing in flight (alone) may take one slot
- * beyond the budget, as a synchronous call would, so it never waits on
- * results nobody reads.
- */
-static int
-claim_bulk(uint8 kind, uint64 *id, bool alone)
-{
-	int			index = OpusClaimSlot(kind, false, id, true);
-	OpusSlot   *slot;
-	int			n_role;
-	int			n;
-
-	if (index < 0)
-		return -1;
-	if (async_cap() <= 0)
-		return index;			/* async disabled: a window of 1, like a synchronous call */
-	slot = OpusGetSlot(index);
-	SpinLockAcquire(&slot->mutex);
-	slot->bulk = true;
-	SpinLockRelease(&slot->mutex);
-	n = count_budget(GetUserId(), &n_role);
-	if (n <= async_cap() && n_role <= role_cap())
-		return index;
-	SpinLockAcquire(&slot->mutex);
-	slot->bulk = false;
-	if (!alone)
-		slot->state = OPUS_SLOT_FREE;
-	SpinLockRelease(&slot->mutex);
-	return alone ? index : -1;
-}
-
-static void
-many_cleanup(int code, Datum arg)
-{
-	ManyState  *ms = (ManyState *) DatumGetPointer(arg);
-	int			k;
-
-	for (k = 0; k < ms->n_inflight; k++)
-		OpusAbandonRequest(ms->ids[k]);
-	ms->n_inflight = 0;
-}
-
-/* One input of a set-based call, its outcome once finished. */
-typedef struct ManyRow
-{
-	bool		null_input;
-	char	   *output;
-	uint8		finish;
-	int32		n_prompt;
-	int32		n_completion;
-} ManyRow;
-
-static Datum
-many_common(FunctionCallInfo fcinfo, uint8 kind)
-{
-	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
-	ArrayType  *arr;
-	Datum	   *elems;
-	bool	   *nulls;
-	int			n;
-	int			window;
-	bool		random_seed = OpusArgIsNull(fcinfo, "seed");
-	int			window_arg = OpusArgNo(fcinfo, "window");
-	OpusRequest proto;
-	OpusRequest *reqs;
-	ManyRow    *rows;
-	ManyState  *ms;
-	int			next = 0;
-	int			n_done = 0;
-	int			k;
-
-	OpusCheckPreloaded();
-	if (PG_ARGISNULL(0))
-		ereport(ERROR,
-				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("%s must not be null", kind == OPUS_KIND_CHAT ? "conversations" : "prompts")));
-	arr = PG_GETARG_ARRAYTYPE_P(0);
-	if (ARR_NDIM(arr) > 1)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("%s must be a one-dimensional array", kind == OPUS_KIND_CHAT ? "conversations" : "prompts")));
-	if (kind == OPUS_KIND_CHAT)
-		deconstruct_array(arr, JSONBOID, -1, false, TYPALIGN_INT, &elems, &nulls, &n);
-	else
-		deconstruct_array(arr, TEXTOID, -1, false, TYPALIGN_INT, &elems, &nulls, &n);
-
-	if (window_arg < 0 || PG_ARGISNULL(window_arg))
-		window = Min(16, Max(1, async_cap()));
-	else
-	{
-		window = PG_GETARG_INT32(window_arg);
-		if (window < 1 || window > 10000)
-			ereport(ERROR,
-					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-					 errmsg("window must be between 1 and 10000"),
-					 errdetail("The value given was %d.", window)));
-	}
-	/* a window beyond the role's share of the budget would only wait */
-	window = Min(window, Max(1, role_cap()));
-	window = Min(window, OpusShared->n_slots);
-
-	/* Validate everything before queuing anything. */
-	memset(&proto, 0, sizeof(proto));
-	proto.kind = kind;
-	OpusParseOptions(fcinfo, &proto);
-	OpusParseModelArg(fcinfo, &proto);
-	reqs = palloc0(sizeof(OpusRequest) * Max(n, 1));
-	rows = palloc0(sizeof(ManyRow) * Max(n, 1));
-	for (k = 0; k < n; k++)
-	{
-		reqs[k] = proto;
-		if (nulls[k])
-			ereport(ERROR,
-					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-					 errmsg("%s %d must not be null", kind == OPUS_KIND_CHAT ? "conversation" : "prompt", k + 1)));
-		if (kind == OPUS_KIND_CHAT)
-			OpusParseMessages(DatumGetJsonbP(elems[k]), &reqs[k]);
-		else
-		{
-			text	   *t = DatumGetTextPP(elems[k]);
-
-			reqs[k].text = OpusTextToUtf8(VARDATA_ANY(t), VARSIZE_ANY_EXHDR(t), &reqs[k].text_len);
-			OpusCheckPromptSize(reqs[k].text_len, "prompt is");
-		}
-		if (random_seed)
-			reqs[k].params.seed = pg_prng_uint64(&pg_global_prng_state);
-		OpusCheckRequestSize(&reqs[k]);
-	}
-
-	ms = palloc0(sizeof(ManyState));
-	ms->window = window;
-	ms->input = palloc(sizeof(int) * window);
-	ms->ids = palloc(sizeof(uint64) * window);
-
-	PG_ENSURE_ERROR_CLEANUP(many_cleanup, PointerGetDatum(ms));
-	{
-		while (n_done < n)
-		{
-			bool		progressed = false;
-
-			/* Fill the window with whatever slots are free. */
-			while (ms->n_inflight < window && next < n)
-			{
-				uint64		id;
-				int			index = claim_bulk(kind, &id, ms->n_inflight == 0);
-
-				if (index < 0)
-					break;
-				ms->input[ms->n_inflight] = next;
-				ms->ids[ms->n_inflight] = id;
-				ms->n_inflight++;
-				OpusSubmitSlot(OpusGetSlot(index), &reqs[next], GetCurrentTimestamp());
-				next++;
-			}
-
-			/* Collect every finished request. */
-			for (k = 0; k < ms->n_inflight;)
-			{
-				OpusSlot   *slot = OpusGetSlot(OpusSlotIndexFromId(ms->ids[k]));
-				OpusSlotState st;
-				OpusResult	res;
-				int			err_code;
-				char		err_message[OPUS_PROTO_MSG_LEN];
-				char		err_detail[OPUS_PROTO_MSG_LEN];
-				ManyRow    *row = &rows[ms->input[k]];
-
-				SpinLockAcquire(&slot->mutex);
-				st = slot->state;
-				SpinLockRelease(&slot->mutex);
-				if (!finished_state(st))
-				{
-					k++;
-					continue;
-				}
-				err_code = OpusCollectResult(slot, &res, err_message, err_detail);
-				SpinLockAcquire(&slot->mutex);
-				slot->state = OPUS_SLOT_FREE;
-				SpinLockRelease(&slot->mutex);
-				ms->ids[k] = ms->ids[ms->n_inflight - 1];
-				ms->input[k] = ms->input[ms->n_inflight - 1];
-				ms->n_inflight--;
-				if (err_code != 0)
-					OpusRaiseError(err_code, err_message, err_detail);
-				row->output = OpusTextFromUtf8(res.data, res.len);
-				pfree(res.data);
-				row->finish = res.finish;
-				row->n_prompt = res.n_prompt;
-				row->n_completion = res.n_completion;
-				n_done++;
-				progressed = true;
-			}
-			if (progressed || n_done == n)
-				continue;
-
-			/*
-			 * Nothing finished: sleep on the oldest request (its completion
-			 * wakes us at once), looking at the others every POLL_MS.  With
-			 * nothing in flight, every slot is busy: wait for one.
-			 */
-			if (ms->n_inflight > 0)
-			{
-				OpusSlot   *slot = OpusGetSlot(OpusSlotIndexFromId(ms->ids[0]));
-
-				ConditionVariablePrepareToSleep(&slot->cv);
-				(void) ConditionVariableTimedSleep(&slot->cv, POLL_MS, PG_WAIT_EXTENSION);
-				ConditionVariableCancelSleep();
-			}
-			else
-			{
-				(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-								 10, PG_WAIT_EXTENSION);
-				ResetLatch(MyLatch);
-				CHECK_FOR_INTERRUPTS();
-			}
-		}
-	}
-	PG_END_ENSURE_ERROR_CLEANUP(many_cleanup, PointerGetDatum(ms));
-
-	InitMaterializedSRF(fcinfo, 0);
-	for (k = 0; k < n; k++)
-	{
-		Datum		values[5];
-		bool		vnulls[5];
-
-		memset(vnulls, 0, sizeof(vnulls));
-		values[0] = Int32GetDatum(k + 1);
-		values[1] = CStringGetTextDatum(rows[k].output);
-		values[2] = CStringGetTextDatum(rows[k].finish == OPUS_PROTO_FINISH_LENGTH ? "length" : "stop");
-		values[3] = Int32GetDatum(rows[k].n_prompt);
-		values[4] = Int32GetDatum(rows[k].n_completion);
-		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, vnulls);
-	}
-	return (Datum) 0;
-}
-
-Datum
-opus_generate_many(PG_FUNCTION_ARGS)
-{
-	return many_common(fcinfo, OPUS_KIND_GENERATE);
-}
-
-Datum
-opus_chat_many(PG_FUNCTION_ARGS)
-{
-	return many_common(fcinfo, OPUS_KIND_CHAT);
 }

@@ -1,26 +1,23 @@
 /*
- * functions.c - the SQL-callable functions of opus_pg: argument validation
- * (every range the engine checks, checked here first, before queuing),
- * conversion between the database encoding and UTF-8, and shaping results
- * (text, jsonb in the OpenAI shapes, integer arrays, model and engine
- * status rows).
+ * functions.c - the synchronous SQL-callable functions of opus_pg:
+ * opus_generate, opus_chat and their completion forms, tokenization, model
+ * and engine status, and opus_last_request.
  *
- * Generation options: src/pg/args.c, from the table in src/params.h.
+ * Their input comes from input.c (prompt, messages) and args.c (options,
+ * from the table in src/params.h); the jsonb results from result.c; text
+ * crosses encodings in encoding.c.
  */
 #include "postgres.h"
 
-#include <math.h>
 #include <time.h>
 
 #include "catalog/pg_type.h"
-#include "common/pg_prng.h"
 #include "fmgr.h"
 #include "funcapi.h"
 #include "mb/pg_wchar.h"
 #include "miscadmin.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
-#include "utils/json.h"
 #include "utils/jsonb.h"
 #include "utils/lsyscache.h"
 #include "utils/timestamp.h"
@@ -52,177 +49,8 @@ remember(uint8 kind, const OpusResult *res)
 }
 
 /* ---------------------------------------------------------------------
- * Encoding helpers
- * --------------------------------------------------------------------- */
-
-/* Server-encoded bytes -> UTF-8 (may return the input pointer). */
-const char *
-OpusTextToUtf8(const char *s, size_t len, size_t *out_len)
-{
-	char	   *r = pg_server_to_any(s, (int) len, PG_UTF8);
-
-	*out_len = (r == s) ? len : strlen(r);
-	return r;
-}
-
-/*
- * UTF-8 bytes from the engine -> a server-encoded, NUL-terminated string.
- * Invalid UTF-8 (a model can emit a partial character at the very end) is
- * replaced with U+FFFD so the result is always valid text.
- */
-char *
-OpusTextFromUtf8(const char *s, size_t len)
-{
-	StringInfoData buf;
-	size_t		i = 0;
-	char	   *r;
-
-	initStringInfo(&buf);
-	while (i < len)
-	{
-		unsigned char c = (unsigned char) s[i];
-		int			l = (c < 0x80) ? 1 : pg_utf_mblen((const unsigned char *) s + i);
-
-		if (c != 0 && l <= (int) (len - i) && pg_utf8_islegal((const unsigned char *) s + i, l))
-		{
-			appendBinaryStringInfo(&buf, s + i, l);
-			i += l;
-		}
-		else
-		{
-			appendStringInfoString(&buf, "\xEF\xBF\xBD");
-			i++;
-		}
-	}
-	r = pg_any_to_server(buf.data, buf.len, PG_UTF8);
-	return r;
-}
-
-/* ---------------------------------------------------------------------
- * Argument validation
- * --------------------------------------------------------------------- */
-
-/* what_is: "prompt is", "chat messages are", ... */
-void
-OpusCheckPromptSize(size_t len, const char *what_is)
-{
-	if (len > (size_t) opus_max_prompt_bytes)
-		ereport(ERROR,
-				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
-				 errmsg("%s too large", what_is),
-				 errdetail("It has %zu bytes; opus.max_prompt_bytes is %d.", len, opus_max_prompt_bytes)));
-}
-
-/* Prompt argument 0 as UTF-8. */
-static void
-parse_prompt(FunctionCallInfo fcinfo, OpusRequest *req)
-{
-	text	   *t;
-
-	if (PG_ARGISNULL(0))
-		ereport(ERROR,
-				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("prompt must not be null")));
-	t = PG_GETARG_TEXT_PP(0);
-	req->text = OpusTextToUtf8(VARDATA_ANY(t), VARSIZE_ANY_EXHDR(t), &req->text_len);
-	OpusCheckPromptSize(req->text_len, "prompt is");
-}
-
-static void
-messages_error(int index, const char *problem)
-{
-	if (index < 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("messages must be a non-empty JSON array of message objects"),
-				 errdetail("%s", problem),
-				 errhint("Pass messages like '[{\"role\": \"user\", \"content\": \"Hello\"}]'.")));
-	ereport(ERROR,
-			(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-			 errmsg("malformed chat message at index %d", index),
-			 errdetail("%s", problem),
-			 errhint("Each message needs \"role\" (\"system\", \"user\" or \"assistant\") and a string \"content\".")));
-}
-
-/* Messages argument 0 (jsonb, OpenAI form) into req. */
-static void
-parse_messages(FunctionCallInfo fcinfo, OpusRequest *req)
-{
-	if (PG_ARGISNULL(0))
-		ereport(ERROR,
-				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("messages must not be null")));
-	OpusParseMessages(PG_GETARG_JSONB_P(0), req);
-}
-
-/* OpenAI-form chat messages into req (pointers into jb). */
-void
-OpusParseMessages(Jsonb *jb, OpusRequest *req)
-{
-	int			n;
-	int			i;
-	size_t		total = 0;
-
-	if (!JB_ROOT_IS_ARRAY(jb) || JB_ROOT_IS_SCALAR(jb))
-		messages_error(-1, "The value is not a JSON array.");
-	n = JB_ROOT_COUNT(jb);
-	if (n == 0)
-		messages_error(-1, "The array is empty.");
-	if (n > OPUS_PROTO_MAX_MESSAGES)
-		messages_error(-1, "There are too many messages.");
-
-	req->n_messages = n;
-	req->roles = palloc(sizeof(uint8) * n);
-	req->contents = palloc(sizeof(char *) * n);
-	req->content_lens = palloc(sizeof(size_t) * n);
-	for (i = 0; i < n; i++)
-	{
-		JsonbValue *elem = getIthJsonbValueFromContainer(&jb->root, i);
-		JsonbValue	v;
-		char	   *role;
-
-		if (elem == NULL || elem->type != jbvBinary ||
-			!JsonContainerIsObject(elem->val.binary.data))
-			messages_error(i, "The message is not a JSON object.");
-		if (!getKeyJsonValueFromContainer(elem->val.binary.data, "role", 4, &v) ||
-			v.type != jbvString)
-			messages_error(i, "The message has no string \"role\".");
-		role = pnstrdup(v.val.string.val, v.val.string.len);
-		if (strcmp(role, "system") == 0)
-			req->roles[i] = OPUS_ROLE_SYSTEM;
-		else if (strcmp(role, "user") == 0)
-			req->roles[i] = OPUS_ROLE_USER;
-		else if (strcmp(role, "assistant") == 0)
-			req->roles[i] = OPUS_ROLE_ASSISTANT;
-		else
-			messages_error(i, psprintf("The role \"%s\" is not one of \"system\", \"user\", \"assistant\".", role));
-		if (!getKeyJsonValueFromContainer(elem->val.binary.data, "content", 7, &v) ||
-			v.type != jbvString)
-			messages_error(i, "The message has no string \"content\".");
-		req->contents[i] = OpusTextToUtf8(v.val.string.val, v.val.string.len, &req->content_lens[i]);
-		total += req->content_lens[i];
-	}
-	OpusCheckPromptSize(total, "chat messages are");
-}
-
-/* ---------------------------------------------------------------------
  * Generation
  * --------------------------------------------------------------------- */
-
-/* A generation request (prompt or chat messages + options) from fcinfo. */
-void
-OpusParseGeneration(FunctionCallInfo fcinfo, uint8 kind, OpusRequest *req)
-{
-	OpusCheckPreloaded();
-	memset(req, 0, sizeof(*req));
-	req->kind = kind;
-	if (kind == OPUS_KIND_CHAT)
-		parse_messages(fcinfo, req);
-	else
-		parse_prompt(fcinfo, req);
-	OpusParseOptions(fcinfo, req);
-	OpusParseModelArg(fcinfo, req);
-}
 
 static void
 run_generation(FunctionCallInfo fcinfo, uint8 kind, OpusRequest *req, OpusResult *res)
@@ -250,85 +78,6 @@ opus_chat(PG_FUNCTION_ARGS)
 
 	run_generation(fcinfo, OPUS_KIND_CHAT, &req, &res);
 	PG_RETURN_TEXT_P(cstring_to_text(OpusTextFromUtf8(res.data, res.len)));
-}
-
-/*
- * The served model's name: the declared name of a named model; for the
- * default model its file's short name (the file name without ".gguf").
- */
-char *
-OpusServedModelName(int model)
-{
-	OpusEngineStatus *e = OpusModel(model);
-	char		path[OPUS_PROTO_PATH_LEN];
-	char	   *base;
-	size_t		len;
-
-	SpinLockAcquire(&e->mutex);
-	strlcpy(path, e->model_path, sizeof(path));
-	if (model > 0)
-		strlcpy(path, e->name, sizeof(path));
-	SpinLockRelease(&e->mutex);
-	if (model > 0)
-		return pstrdup(path);
-	base = strrchr(path, '/');
-	base = pstrdup(base ? base + 1 : path);
-	len = strlen(base);
-	if (len > 5 && strcmp(base + len - 5, ".gguf") == 0)
-		base[len - 5] = '\0';
-	return base;
-}
-
-/*
- * The end of an OpenAI completion object after its choice's content:
- * logprobs, finish_reason, usage and timings, closing the object.  Shared
- * by the whole completions here and the last chunk of a stream (stream.c).
- */
-void
-OpusAppendCompletionEnd(StringInfo buf, const OpusResult *res)
-{
-	appendStringInfo(buf, "\"logprobs\": null, \"finish_reason\": \"%s\"}], ",
-					 res->finish == OPUS_PROTO_FINISH_LENGTH ? "length" : "stop");
-	appendStringInfo(buf,
-					 "\"usage\": {\"prompt_tokens\": %d, \"completion_tokens\": %d, \"total_tokens\": %d, "
-					 "\"prompt_tokens_details\": {\"cached_tokens\": %d}}, ",
-					 res->n_prompt, res->n_completion, res->n_prompt + res->n_completion,
-					 res->n_cached);
-	appendStringInfo(buf,
-					 "\"timings\": {\"queue_ms\": %.3f, \"ttft_ms\": %.3f, \"engine_ms\": %.3f, \"total_ms\": %.3f}}",
-					 res->queue_ms, res->ttft_ms, res->total_ms, res->elapsed_ms);
-}
-
-Datum
-OpusCompletionJsonb(bool chat, const OpusResult *res)
-{
-	StringInfoData buf;
-	char	   *content = OpusTextFromUtf8(res->data, res->len);
-	uint64		r = pg_prng_uint64(&pg_global_prng_state);
-
-	initStringInfo(&buf);
-	appendStringInfo(&buf, "{\"id\": \"%s-%016llx%08x\", \"object\": \"%s\", \"created\": %lld, \"model\": ",
-					 chat ? "chatcmpl" : "cmpl", (unsigned long long) r,
-					 (unsigned int) (res->request_id >> 32),
-					 chat ? "chat.completion" : "text_completion",
-					 (long long) time(NULL));
-	escape_json(&buf, OpusServedModelName(res->served_model));
-	appendStringInfo(&buf, ", \"model_version\": %d", res->served_version);
-	appendStringInfoString(&buf, ", \"choices\": [{\"index\": 0, ");
-	if (chat)
-	{
-		appendStringInfoString(&buf, "\"message\": {\"role\": \"assistant\", \"content\": ");
-		escape_json(&buf, content);
-		appendStringInfoString(&buf, "}, ");
-	}
-	else
-	{
-		appendStringInfoString(&buf, "\"text\": ");
-		escape_json(&buf, content);
-		appendStringInfoString(&buf, ", ");
-	}
-	OpusAppendCompletionEnd(&buf, res);
-	return DirectFunctionCall1(jsonb_in, CStringGetDatum(buf.data));
 }
 
 Datum

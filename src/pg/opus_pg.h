@@ -75,6 +75,13 @@ typedef enum OpusSlotState
 	OPUS_SLOT_CANCELLED			/* abandoned by its backend */
 } OpusSlotState;
 
+/* A slot whose request has finished (DONE or ERROR): its result can be read. */
+static inline bool
+OpusSlotFinished(OpusSlotState st)
+{
+	return st == OPUS_SLOT_DONE || st == OPUS_SLOT_ERROR;
+}
+
 typedef struct OpusSlot
 {
 	slock_t		mutex;			/* protects state, request_id, pids */
@@ -311,15 +318,18 @@ extern int	OpusCollectResult(OpusSlot *slot, OpusResult *res, char *err_message,
 extern void OpusWaitEngineReady(struct opus_proto_ready *info, char *path, size_t pathlen);
 extern void OpusWaitModelReady(int model, struct opus_proto_ready *info, char *path, size_t pathlen);
 
-/* ---- argument handling shared by the SQL functions (functions.c) ---- */
-
+/* ---- text to and from the engine's UTF-8 (encoding.c) ---- */
 extern const char *OpusTextToUtf8(const char *s, size_t len, size_t *out_len);
 extern char *OpusTextFromUtf8(const char *s, size_t len);
+
+/* ---- the input of a generation call: prompt or messages (input.c) ---- */
 extern void OpusCheckPromptSize(size_t len, const char *what_is);
 extern void OpusParseMessages(Jsonb *jb, OpusRequest *req);
+extern void OpusParseGeneration(FunctionCallInfo fcinfo, uint8 kind, OpusRequest *req);
+
+/* ---- result shaping: OpenAI completion objects (result.c) ---- */
 extern Datum OpusCompletionJsonb(bool chat, const OpusResult *res);
 extern void OpusAppendCompletionEnd(StringInfo buf, const OpusResult *res);
-extern void OpusParseGeneration(FunctionCallInfo fcinfo, uint8 kind, OpusRequest *req);
 extern char *OpusServedModelName(int model);
 
 /* ---- request parameters of the SQL functions (args.c; src/params.h) ---- */
@@ -334,6 +344,9 @@ extern int	opus_max_async_requests;
 extern int	opus_async_retention_s;
 extern int	opus_max_async_requests_per_role;
 extern void OpusDefineAsyncSettings(void);
+extern int	OpusAsyncCap(void);
+extern int	OpusAsyncRoleCap(void);
+extern int	OpusAsyncBudgetHeld(Oid role, int *n_role);
 
 /* ---- errors (errors.c) ---- */
 

@@ -1,0 +1,292 @@
+/*
+ * many.c - set-based generation (opus_generate_many, opus_chat_many).
+ *
+ * A call keeps a window of requests in flight (ordinary, non-async slots,
+ * marked slot->bulk), refilling it as results arrive so the engine can
+ * batch them, and returns one row per input in input order.  If anything
+ * fails, the error cleanup cancels every request still in flight.
+ *
+ * The windows count against the slot budget of asynchronous requests
+ * (async.c: OpusAsyncCap, OpusAsyncRoleCap), so set-based calls never take
+ * the synchronous reserve; see Capacity at the top of async.c.
+ */
+#include "postgres.h"
+
+#include "catalog/pg_type.h"
+#include "common/pg_prng.h"
+#include "fmgr.h"
+#include "funcapi.h"
+#include "miscadmin.h"
+#include "pgstat.h"
+#include "storage/ipc.h"
+#include "utils/array.h"
+#include "utils/builtins.h"
+#include "utils/timestamp.h"
+
+#include "opus_pg.h"
+
+PG_FUNCTION_INFO_V1(opus_generate_many);
+PG_FUNCTION_INFO_V1(opus_chat_many);
+
+/* How often a call looks at the requests it does not sleep on. */
+#define POLL_MS			5
+
+/* Requests of one opus_generate_many call that are in flight. */
+typedef struct ManyState
+{
+	int			window;
+	int			n_inflight;
+	int		   *input;			/* [window] input ordinal (0-based) */
+	uint64	   *ids;			/* [window] request id */
+} ManyState;
+
+/*
+ * Claim a slot for a set-based call's window, within the budget (the
+ * async cap and the role's share, see Capacity at the top); -1 when no
+ * slot is free or the budget is spent (the caller waits for its own
+ * requests).  A call with nothing in flight (alone) may take one slot
+ * beyond the budget, as a synchronous call would, so it never waits on
+ * results nobody reads.
+ */
+static int
+claim_bulk(uint8 kind, uint64 *id, bool alone)
+{
+	int			index = OpusClaimSlot(kind, false, id, true);
+	OpusSlot   *slot;
+	int			n_role;
+	int			n;
+
+	if (index < 0)
+		return -1;
+	if (OpusAsyncCap() <= 0)
+		return index;			/* async disabled: a window of 1, like a synchronous call */
+	slot = OpusGetSlot(index);
+	SpinLockAcquire(&slot->mutex);
+	slot->bulk = true;
+	SpinLockRelease(&slot->mutex);
+	n = OpusAsyncBudgetHeld(GetUserId(), &n_role);
+	if (n <= OpusAsyncCap() && n_role <= OpusAsyncRoleCap())
+		return index;
+	SpinLockAcquire(&slot->mutex);
+	slot->bulk = false;
+	if (!alone)
+		slot->state = OPUS_SLOT_FREE;
+	SpinLockRelease(&slot->mutex);
+	return alone ? index : -1;
+}
+
+static void
+many_cleanup(int code, Datum arg)
+{
+	ManyState  *ms = (ManyState *) DatumGetPointer(arg);
+	int			k;
+
+	for (k = 0; k < ms->n_inflight; k++)
+		OpusAbandonRequest(ms->ids[k]);
+	ms->n_inflight = 0;
+}
+
+/* One input of a set-based call, its outcome once finished. */
+typedef struct ManyRow
+{
+	bool		null_input;
+	char	   *output;
+	uint8		finish;
+	int32		n_prompt;
+	int32		n_completion;
+} ManyRow;
+
+static Datum
+many_common(FunctionCallInfo fcinfo, uint8 kind)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	ArrayType  *arr;
+	Datum	   *elems;
+	bool	   *nulls;
+	int			n;
+	int			window;
+	bool		random_seed = OpusArgIsNull(fcinfo, "seed");
+	int			window_arg = OpusArgNo(fcinfo, "window");
+	OpusRequest proto;
+	OpusRequest *reqs;
+	ManyRow    *rows;
+	ManyState  *ms;
+	int			next = 0;
+	int			n_done = 0;
+	int			k;
+
+	OpusCheckPreloaded();
+	if (PG_ARGISNULL(0))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("%s must not be null", kind == OPUS_KIND_CHAT ? "conversations" : "prompts")));
+	arr = PG_GETARG_ARRAYTYPE_P(0);
+	if (ARR_NDIM(arr) > 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("%s must be a one-dimensional array", kind == OPUS_KIND_CHAT ? "conversations" : "prompts")));
+	if (kind == OPUS_KIND_CHAT)
+		deconstruct_array(arr, JSONBOID, -1, false, TYPALIGN_INT, &elems, &nulls, &n);
+	else
+		deconstruct_array(arr, TEXTOID, -1, false, TYPALIGN_INT, &elems, &nulls, &n);
+
+	if (window_arg < 0 || PG_ARGISNULL(window_arg))
+		window = Min(16, Max(1, OpusAsyncCap()));
+	else
+	{
+		window = PG_GETARG_INT32(window_arg);
+		if (window < 1 || window > 10000)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("window must be between 1 and 10000"),
+					 errdetail("The value given was %d.", window)));
+	}
+	/* a window beyond the role's share of the budget would only wait */
+	window = Min(window, Max(1, OpusAsyncRoleCap()));
+	window = Min(window, OpusShared->n_slots);
+
+	/* Validate everything before queuing anything. */
+	memset(&proto, 0, sizeof(proto));
+	proto.kind = kind;
+	OpusParseOptions(fcinfo, &proto);
+	OpusParseModelArg(fcinfo, &proto);
+	reqs = palloc0(sizeof(OpusRequest) * Max(n, 1));
+	rows = palloc0(sizeof(ManyRow) * Max(n, 1));
+	for (k = 0; k < n; k++)
+	{
+		reqs[k] = proto;
+		if (nulls[k])
+			ereport(ERROR,
+					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+					 errmsg("%s %d must not be null", kind == OPUS_KIND_CHAT ? "conversation" : "prompt", k + 1)));
+		if (kind == OPUS_KIND_CHAT)
+			OpusParseMessages(DatumGetJsonbP(elems[k]), &reqs[k]);
+		else
+		{
+			text	   *t = DatumGetTextPP(elems[k]);
+
+			reqs[k].text = OpusTextToUtf8(VARDATA_ANY(t), VARSIZE_ANY_EXHDR(t), &reqs[k].text_len);
+			OpusCheckPromptSize(reqs[k].text_len, "prompt is");
+		}
+		if (random_seed)
+			reqs[k].params.seed = pg_prng_uint64(&pg_global_prng_state);
+		OpusCheckRequestSize(&reqs[k]);
+	}
+
+	ms = palloc0(sizeof(ManyState));
+	ms->window = window;
+	ms->input = palloc(sizeof(int) * window);
+	ms->ids = palloc(sizeof(uint64) * window);
+
+	PG_ENSURE_ERROR_CLEANUP(many_cleanup, PointerGetDatum(ms));
+	{
+		while (n_done < n)
+		{
+			bool		progressed = false;
+
+			/* Fill the window with whatever slots are free. */
+			while (ms->n_inflight < window && next < n)
+			{
+				uint64		id;
+				int			index = claim_bulk(kind, &id, ms->n_inflight == 0);
+
+				if (index < 0)
+					break;
+				ms->input[ms->n_inflight] = next;
+				ms->ids[ms->n_inflight] = id;
+				ms->n_inflight++;
+				OpusSubmitSlot(OpusGetSlot(index), &reqs[next], GetCurrentTimestamp());
+				next++;
+			}
+
+			/* Collect every finished request. */
+			for (k = 0; k < ms->n_inflight;)
+			{
+				OpusSlot   *slot = OpusGetSlot(OpusSlotIndexFromId(ms->ids[k]));
+				OpusSlotState st;
+				OpusResult	res;
+				int			err_code;
+				char		err_message[OPUS_PROTO_MSG_LEN];
+				char		err_detail[OPUS_PROTO_MSG_LEN];
+				ManyRow    *row = &rows[ms->input[k]];
+
+				SpinLockAcquire(&slot->mutex);
+				st = slot->state;
+				SpinLockRelease(&slot->mutex);
+				if (!OpusSlotFinished(st))
+				{
+					k++;
+					continue;
+				}
+				err_code = OpusCollectResult(slot, &res, err_message, err_detail);
+				SpinLockAcquire(&slot->mutex);
+				slot->state = OPUS_SLOT_FREE;
+				SpinLockRelease(&slot->mutex);
+				ms->ids[k] = ms->ids[ms->n_inflight - 1];
+				ms->input[k] = ms->input[ms->n_inflight - 1];
+				ms->n_inflight--;
+				if (err_code != 0)
+					OpusRaiseError(err_code, err_message, err_detail);
+				row->output = OpusTextFromUtf8(res.data, res.len);
+				pfree(res.data);
+				row->finish = res.finish;
+				row->n_prompt = res.n_prompt;
+				row->n_completion = res.n_completion;
+				n_done++;
+				progressed = true;
+			}
+			if (progressed || n_done == n)
+				continue;
+
+			/*
+			 * Nothing finished: sleep on the oldest request (its completion
+			 * wakes us at once), looking at the others every POLL_MS.  With
+			 * nothing in flight, every slot is busy: wait for one.
+			 */
+			if (ms->n_inflight > 0)
+			{
+				OpusSlot   *slot = OpusGetSlot(OpusSlotIndexFromId(ms->ids[0]));
+
+				ConditionVariablePrepareToSleep(&slot->cv);
+				(void) ConditionVariableTimedSleep(&slot->cv, POLL_MS, PG_WAIT_EXTENSION);
+				ConditionVariableCancelSleep();
+			}
+			else
+			{
+				(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+								 10, PG_WAIT_EXTENSION);
+				ResetLatch(MyLatch);
+				CHECK_FOR_INTERRUPTS();
+			}
+		}
+	}
+	PG_END_ENSURE_ERROR_CLEANUP(many_cleanup, PointerGetDatum(ms));
+
+	InitMaterializedSRF(fcinfo, 0);
+	for (k = 0; k < n; k++)
+	{
+		Datum		values[5];
+		bool		vnulls[5];
+
+		memset(vnulls, 0, sizeof(vnulls));
+		values[0] = Int32GetDatum(k + 1);
+		values[1] = CStringGetTextDatum(rows[k].output);
+		values[2] = CStringGetTextDatum(rows[k].finish == OPUS_PROTO_FINISH_LENGTH ? "length" : "stop");
+		values[3] = Int32GetDatum(rows[k].n_prompt);
+		values[4] = Int32GetDatum(rows[k].n_completion);
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, vnulls);
+	}
+	return (Datum) 0;
+}
+
+Datum
+opus_generate_many(PG_FUNCTION_ARGS)
+{
+	return many_common(fcinfo, OPUS_KIND_GENERATE);
+}
+
+Datum
+opus_chat_many(PG_FUNCTION_ARGS)
+{
+	return many_common(fcinfo, OPUS_KIND_CHAT);
+}
