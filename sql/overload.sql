@@ -27,3 +27,34 @@ SELECT (opus_chat_completion('[{"role": "system", "content": "x"}, {"role": "use
 -- A raw prompt (opus_generate) is plain text as before.
 SELECT (opus_completion('<|im_start|>', max_tokens => 1, temperature => 0)->'usage'->>'prompt_tokens')::int
      = cardinality(opus_tokenize('<|im_start|>')) AS raw_literal;
+
+-- Integers in messages are written as integers (not 2.14748e+09).
+SELECT opus_generate('Hi', max_tokens => 2147483647);
+SELECT opus_generate('Hi', max_tokens => 1, top_p => 1.5);
+
+-- A keyed item's prompt must be a JSON string: a number is not generated
+-- from its text.
+SELECT * FROM opus_generate_keyed('[{"key": 1, "prompt": "ok"}, {"key": 2, "prompt": 42}]', max_tokens => 1);
+SELECT * FROM opus_generate_keyed('[{"key": 1}]', max_tokens => 1);
+
+-- The engine's counters move for a request that ends in its first step
+-- (max_tokens => 1): they were sent only while requests were active.
+CREATE FUNCTION overload_wait(q text) RETURNS boolean LANGUAGE plpgsql AS $$
+DECLARE
+    ok boolean;
+BEGIN
+    FOR i IN 1 .. 300 LOOP
+        PERFORM pg_stat_clear_snapshot();
+        EXECUTE q INTO ok;
+        IF ok THEN
+            RETURN true;
+        END IF;
+        PERFORM pg_sleep(0.1);
+    END LOOP;
+    RETURN false;
+END $$;
+SELECT overload_wait('SELECT queue_depth = 0 AND running = 0 FROM pg_stat_opus_engine') AS idle;
+SELECT steps AS steps_before, prompt_tokens AS prompt_before FROM pg_stat_opus_engine \gset
+SELECT opus_generate('Counters after one token', max_tokens => 1, temperature => 0) IS NOT NULL AS generated;
+SELECT overload_wait(format('SELECT steps > %s AND prompt_tokens > %s FROM pg_stat_opus_engine',
+                            :steps_before, :prompt_before)) AS counters_fresh;

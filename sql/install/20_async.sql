@@ -161,6 +161,9 @@ IS 'answer every conversation (each an OpenAI-style messages array) like opus_ge
 
 -- The keyed form: items is a JSON array of {"key": any, "prompt": text}, as
 -- jsonb_agg(jsonb_build_object('key', id, 'prompt', body)) makes from a query.
+-- A prompt that is not a JSON string (a number, an object, missing) is taken
+-- as NULL, so the call fails ("prompt N must not be null") instead of
+-- generating from the number's text.
 CREATE FUNCTION @extschema@.opus_generate_keyed(
     items jsonb,
     max_tokens integer DEFAULT NULL,
@@ -183,7 +186,8 @@ AS $$
     SELECT items OPERATOR(pg_catalog.->) (g.ordinal OPERATOR(pg_catalog.-) 1) OPERATOR(pg_catalog.->) 'key',
            g.output, g.finish_reason, g.prompt_tokens, g.completion_tokens
     FROM @extschema@.opus_generate_many(
-        ARRAY(SELECT e.value OPERATOR(pg_catalog.->>) 'prompt'
+        ARRAY(SELECT CASE pg_catalog.jsonb_typeof(e.value OPERATOR(pg_catalog.->) 'prompt')
+                         WHEN 'string' THEN e.value OPERATOR(pg_catalog.->>) 'prompt' END
               FROM pg_catalog.jsonb_array_elements(items) WITH ORDINALITY AS e(value, n)
               ORDER BY e.n),
         max_tokens, temperature, top_p, top_k, min_p, presence_penalty,

@@ -85,12 +85,18 @@ static void
 range_error(enum opus_param_id id, double v)
 {
 	char		range[OPUS_PARAM_RANGE_LEN];
+	char		given[64];
 
+	/* integers as integers (2147483647, not 2.14748e+09) */
+	if (opus_params[id].kind == OPUS_PARAM_INT)
+		snprintf(given, sizeof(given), "%.0f", v);
+	else
+		opus_param_format(given, sizeof(given), v);
 	ereport(ERROR,
 			(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 			 errmsg("%s must be %s", opus_params[id].name,
 					opus_param_range(id, range, sizeof(range))),
-			 errdetail("The value given was %g.", v)));
+			 errdetail("The value given was %s.", given)));
 }
 
 /*

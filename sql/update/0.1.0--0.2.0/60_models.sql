@@ -209,7 +209,8 @@ AS $$
     SELECT items OPERATOR(pg_catalog.->) (g.ordinal OPERATOR(pg_catalog.-) 1) OPERATOR(pg_catalog.->) 'key',
            g.output, g.finish_reason, g.prompt_tokens, g.completion_tokens
     FROM @extschema@.opus_generate_many(
-        ARRAY(SELECT e.value OPERATOR(pg_catalog.->>) 'prompt'
+        ARRAY(SELECT CASE pg_catalog.jsonb_typeof(e.value OPERATOR(pg_catalog.->) 'prompt')
+                         WHEN 'string' THEN e.value OPERATOR(pg_catalog.->>) 'prompt' END
               FROM pg_catalog.jsonb_array_elements(items) WITH ORDINALITY AS e(value, n)
               ORDER BY e.n),
         max_tokens, temperature, top_p, top_k, min_p, presence_penalty,

@@ -1015,13 +1015,15 @@ send_stats_if_changed(struct serve *s)
 	m.prefix_query_tokens = st.prefix_query_tokens;
 	/*
 	 * A change in the request counts sends a frame at once; while busy the
-	 * other counters are refreshed every SERVE_STATS_INTERVAL_MS.
+	 * other counters are refreshed every SERVE_STATS_INTERVAL_MS; on going
+	 * idle any change is sent (a max_tokens => 1 request starts and ends in
+	 * one step: the counts are the same as before it, the counters not).
 	 */
 	if (s->stats_sent && m.n_active == s->last_stats.n_active &&
 		m.n_queued == s->last_stats.n_queued &&
 		m.n_running == s->last_stats.n_running &&
-		(m.n_active == 0 || memcmp(&m, &s->last_stats, sizeof(m)) == 0 ||
-		 now_ms() - s->stats_sent_at < SERVE_STATS_INTERVAL_MS))
+		(memcmp(&m, &s->last_stats, sizeof(m)) == 0 ||
+		 (m.n_active != 0 && now_ms() - s->stats_sent_at < SERVE_STATS_INTERVAL_MS)))
 		return;
 	s->last_stats = m;
 	s->stats_sent = true;
