@@ -84,6 +84,7 @@ CREATE FUNCTION @extschema@.opus_generate_keyed_on(
     repetition_penalty double precision DEFAULT 1.0,
     seed bigint DEFAULT NULL,
     stop text[] DEFAULT NULL,
+    "window" integer DEFAULT NULL,
     model text DEFAULT NULL,
     fallback boolean DEFAULT NULL)
 RETURNS TABLE(key text, output text, finish_reason text,
@@ -97,11 +98,272 @@ AS $$
     FROM opus_generate_keyed(
         (SELECT pg_catalog.jsonb_agg(pg_catalog.jsonb_build_object('key', u.k, 'prompt', u.p) ORDER BY u.n)
          FROM ROWS FROM (pg_catalog.unnest($1::text[]), pg_catalog.unnest($2::text[])) WITH ORDINALITY AS u(k, p, n)),
-        $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, NULL, $13, $14) AS k;
+        $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15) AS k;
 $$;
 
-COMMENT ON FUNCTION @extschema@.opus_generate_keyed_on(text[], text[], integer, double precision, double precision, integer, double precision, double precision, double precision, double precision, bigint, text[], text, boolean)
+COMMENT ON FUNCTION @extschema@.opus_generate_keyed_on(text[], text[], integer, double precision, double precision, integer, double precision, double precision, double precision, double precision, bigint, text[], integer, text, boolean)
 IS 'opus_generate_keyed over (key, prompt) pairs: each pair on the node that owns its key (PL/Proxy SPLIT), batched there; one row per pair';
+
+-- Internal: opus_generate_many on each node over its share of the items (PL/Proxy SPLIT);
+-- ordinals carry each item's place in the caller's arrays.
+CREATE FUNCTION @extschema@.opus_generate_many_split(
+    keys text[],
+    prompts text[],
+    ordinals integer[],
+    max_tokens integer,
+    temperature double precision,
+    top_p double precision,
+    top_k integer,
+    min_p double precision,
+    presence_penalty double precision,
+    frequency_penalty double precision,
+    repetition_penalty double precision,
+    seed bigint,
+    stop text[],
+    "window" integer,
+    model text,
+    fallback boolean)
+RETURNS TABLE(ordinal integer, key text, output text, finish_reason text,
+              prompt_tokens integer, completion_tokens integer)
+LANGUAGE plproxy
+AS $$
+    CLUSTER 'opus_cluster';
+    SPLIT keys, prompts, ordinals;
+    RUN ON pg_catalog.hashtext(keys);
+    SELECT ($3)[g.ordinal] AS ordinal, ($1)[g.ordinal] AS key, g.output, g.finish_reason,
+           g.prompt_tokens, g.completion_tokens
+    FROM opus_generate_many($2, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16) AS g;
+$$;
+
+COMMENT ON FUNCTION @extschema@.opus_generate_many_split(text[], text[], integer[], integer, double precision, double precision, integer, double precision, double precision, double precision, double precision, bigint, text[], integer, text, boolean)
+IS 'internal: opus_generate_many on every node over the items whose key it owns (used by opus_generate_many_on)';
+
+CREATE FUNCTION @extschema@.opus_generate_many_on(
+    keys text[],
+    prompts text[],
+    max_tokens integer DEFAULT NULL,
+    temperature double precision DEFAULT 1.0,
+    top_p double precision DEFAULT 1.0,
+    top_k integer DEFAULT 0,
+    min_p double precision DEFAULT 0.0,
+    presence_penalty double precision DEFAULT 0.0,
+    frequency_penalty double precision DEFAULT 0.0,
+    repetition_penalty double precision DEFAULT 1.0,
+    seed bigint DEFAULT NULL,
+    stop text[] DEFAULT NULL,
+    "window" integer DEFAULT NULL,
+    model text DEFAULT NULL,
+    fallback boolean DEFAULT NULL)
+RETURNS TABLE(ordinal integer, key text, output text, finish_reason text,
+              prompt_tokens integer, completion_tokens integer)
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+AS $$
+BEGIN
+    IF pg_catalog.num_nulls(pg_catalog.cardinality(keys), pg_catalog.cardinality(prompts)) OPERATOR(pg_catalog.=) 1
+       OR pg_catalog.cardinality(keys) OPERATOR(pg_catalog.<>) pg_catalog.cardinality(prompts) THEN
+        RAISE EXCEPTION 'keys and prompts must have the same number of elements'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF COALESCE(pg_catalog.cardinality(keys), 0) OPERATOR(pg_catalog.=) 0 THEN
+        RETURN;
+    END IF;
+    IF pg_catalog.array_position(keys, NULL) IS NOT NULL THEN
+        RAISE EXCEPTION 'a key must not be null' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    RETURN QUERY
+        SELECT s.ordinal, s.key, s.output, s.finish_reason, s.prompt_tokens, s.completion_tokens
+        FROM @extschema@.opus_generate_many_split(keys, prompts,
+            ARRAY(SELECT pg_catalog.generate_series(1, pg_catalog.cardinality(keys))),
+            max_tokens, temperature, top_p, top_k, min_p, presence_penalty, frequency_penalty,
+            repetition_penalty, seed, stop, "window", model, fallback) AS s
+        ORDER BY s.ordinal;
+END
+$$;
+
+COMMENT ON FUNCTION @extschema@.opus_generate_many_on(text[], text[], integer, double precision, double precision, integer, double precision, double precision, double precision, double precision, bigint, text[], integer, text, boolean)
+IS 'opus_generate_many with a key per item: each item on the node that owns its key, batched there with the node''s other items, all nodes at once; one row per item in input order; any failure raises';
+
+-- Internal: opus_chat_many on each node over its share of the items (PL/Proxy SPLIT);
+-- ordinals carry each item's place in the caller's arrays.
+CREATE FUNCTION @extschema@.opus_chat_many_split(
+    keys text[],
+    conversations jsonb[],
+    ordinals integer[],
+    max_tokens integer,
+    temperature double precision,
+    top_p double precision,
+    top_k integer,
+    min_p double precision,
+    presence_penalty double precision,
+    frequency_penalty double precision,
+    repetition_penalty double precision,
+    seed bigint,
+    stop text[],
+    "window" integer,
+    model text,
+    fallback boolean)
+RETURNS TABLE(ordinal integer, key text, output text, finish_reason text,
+              prompt_tokens integer, completion_tokens integer)
+LANGUAGE plproxy
+AS $$
+    CLUSTER 'opus_cluster';
+    SPLIT keys, conversations, ordinals;
+    RUN ON pg_catalog.hashtext(keys);
+    SELECT ($3)[g.ordinal] AS ordinal, ($1)[g.ordinal] AS key, g.output, g.finish_reason,
+           g.prompt_tokens, g.completion_tokens
+    FROM opus_chat_many($2, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16) AS g;
+$$;
+
+COMMENT ON FUNCTION @extschema@.opus_chat_many_split(text[], jsonb[], integer[], integer, double precision, double precision, integer, double precision, double precision, double precision, double precision, bigint, text[], integer, text, boolean)
+IS 'internal: opus_chat_many on every node over the items whose key it owns (used by opus_chat_many_on)';
+
+CREATE FUNCTION @extschema@.opus_chat_many_on(
+    keys text[],
+    conversations jsonb[],
+    max_tokens integer DEFAULT NULL,
+    temperature double precision DEFAULT 1.0,
+    top_p double precision DEFAULT 1.0,
+    top_k integer DEFAULT 0,
+    min_p double precision DEFAULT 0.0,
+    presence_penalty double precision DEFAULT 0.0,
+    frequency_penalty double precision DEFAULT 0.0,
+    repetition_penalty double precision DEFAULT 1.0,
+    seed bigint DEFAULT NULL,
+    stop text[] DEFAULT NULL,
+    "window" integer DEFAULT NULL,
+    model text DEFAULT NULL,
+    fallback boolean DEFAULT NULL)
+RETURNS TABLE(ordinal integer, key text, output text, finish_reason text,
+              prompt_tokens integer, completion_tokens integer)
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+AS $$
+BEGIN
+    IF pg_catalog.num_nulls(pg_catalog.cardinality(keys), pg_catalog.cardinality(conversations)) OPERATOR(pg_catalog.=) 1
+       OR pg_catalog.cardinality(keys) OPERATOR(pg_catalog.<>) pg_catalog.cardinality(conversations) THEN
+        RAISE EXCEPTION 'keys and conversations must have the same number of elements'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF COALESCE(pg_catalog.cardinality(keys), 0) OPERATOR(pg_catalog.=) 0 THEN
+        RETURN;
+    END IF;
+    IF pg_catalog.array_position(keys, NULL) IS NOT NULL THEN
+        RAISE EXCEPTION 'a key must not be null' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    RETURN QUERY
+        SELECT s.ordinal, s.key, s.output, s.finish_reason, s.prompt_tokens, s.completion_tokens
+        FROM @extschema@.opus_chat_many_split(keys, conversations,
+            ARRAY(SELECT pg_catalog.generate_series(1, pg_catalog.cardinality(keys))),
+            max_tokens, temperature, top_p, top_k, min_p, presence_penalty, frequency_penalty,
+            repetition_penalty, seed, stop, "window", model, fallback) AS s
+        ORDER BY s.ordinal;
+END
+$$;
+
+COMMENT ON FUNCTION @extschema@.opus_chat_many_on(text[], jsonb[], integer, double precision, double precision, integer, double precision, double precision, double precision, double precision, bigint, text[], integer, text, boolean)
+IS 'opus_chat_many with a key per item: each item on the node that owns its key, batched there with the node''s other items, all nodes at once; one row per item in input order; any failure raises';
+
+-- Asynchronous requests routed by key --------------------------------------------
+-- A request id is the id of the node that owns key: pass the same key to
+-- read, wait for or cancel it.  PL/Proxy keeps one connection per node and
+-- proxy backend, so detached => false ties a request to that connection.
+
+CREATE FUNCTION @extschema@.opus_submit_on(
+    key text,
+    prompt text,
+    max_tokens integer DEFAULT NULL,
+    temperature double precision DEFAULT 1.0,
+    top_p double precision DEFAULT 1.0,
+    top_k integer DEFAULT 0,
+    min_p double precision DEFAULT 0.0,
+    presence_penalty double precision DEFAULT 0.0,
+    frequency_penalty double precision DEFAULT 0.0,
+    repetition_penalty double precision DEFAULT 1.0,
+    seed bigint DEFAULT NULL,
+    stop text[] DEFAULT NULL,
+    detached boolean DEFAULT true,
+    model text DEFAULT NULL,
+    fallback boolean DEFAULT NULL)
+RETURNS bigint
+LANGUAGE plproxy
+AS $$
+    CLUSTER 'opus_cluster';
+    RUN ON pg_catalog.hashtext(key);
+    SELECT opus_submit($2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15);
+$$;
+
+COMMENT ON FUNCTION @extschema@.opus_submit_on(text, text, integer, double precision, double precision, integer, double precision, double precision, double precision, double precision, bigint, text[], boolean, text, boolean)
+IS 'opus_submit on the node that owns key; the id is that node''s: read it with opus_result_on(key, id)';
+
+CREATE FUNCTION @extschema@.opus_submit_chat_on(
+    key text,
+    messages jsonb,
+    max_tokens integer DEFAULT NULL,
+    temperature double precision DEFAULT 1.0,
+    top_p double precision DEFAULT 1.0,
+    top_k integer DEFAULT 0,
+    min_p double precision DEFAULT 0.0,
+    presence_penalty double precision DEFAULT 0.0,
+    frequency_penalty double precision DEFAULT 0.0,
+    repetition_penalty double precision DEFAULT 1.0,
+    seed bigint DEFAULT NULL,
+    stop text[] DEFAULT NULL,
+    detached boolean DEFAULT true,
+    model text DEFAULT NULL,
+    fallback boolean DEFAULT NULL)
+RETURNS bigint
+LANGUAGE plproxy
+AS $$
+    CLUSTER 'opus_cluster';
+    RUN ON pg_catalog.hashtext(key);
+    SELECT opus_submit_chat($2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15);
+$$;
+
+COMMENT ON FUNCTION @extschema@.opus_submit_chat_on(text, jsonb, integer, double precision, double precision, integer, double precision, double precision, double precision, double precision, bigint, text[], boolean, text, boolean)
+IS 'opus_submit_chat on the node that owns key; the id is that node''s: read it with opus_result_on(key, id)';
+
+CREATE FUNCTION @extschema@.opus_result_on(
+    key text,
+    id bigint,
+    wait boolean DEFAULT true,
+    timeout interval DEFAULT NULL)
+RETURNS text
+LANGUAGE plproxy
+AS $$
+    CLUSTER 'opus_cluster';
+    RUN ON pg_catalog.hashtext(key);
+    SELECT opus_result($2, $3, $4);
+$$;
+
+COMMENT ON FUNCTION @extschema@.opus_result_on(text, bigint, boolean, interval)
+IS 'opus_result on the node that owns key (the id opus_submit_on returned for that key)';
+
+CREATE FUNCTION @extschema@.opus_result_completion_on(
+    key text,
+    id bigint,
+    wait boolean DEFAULT true,
+    timeout interval DEFAULT NULL)
+RETURNS jsonb
+LANGUAGE plproxy
+AS $$
+    CLUSTER 'opus_cluster';
+    RUN ON pg_catalog.hashtext(key);
+    SELECT opus_result_completion($2, $3, $4);
+$$;
+
+COMMENT ON FUNCTION @extschema@.opus_result_completion_on(text, bigint, boolean, interval)
+IS 'opus_result_completion on the node that owns key';
+
+CREATE FUNCTION @extschema@.opus_cancel_on(key text, id bigint)
+RETURNS boolean
+LANGUAGE plproxy
+AS $$
+    CLUSTER 'opus_cluster';
+    RUN ON pg_catalog.hashtext(key);
+    SELECT opus_cancel($2);
+$$;
+
+COMMENT ON FUNCTION @extschema@.opus_cancel_on(text, bigint)
+IS 'opus_cancel on the node that owns key';
 
 -- Model identity --------------------------------------------------------------
 
@@ -150,23 +412,28 @@ IS 'raise 55000 unless every node serves the same model (name and file SHA-256);
 
 CREATE FUNCTION @extschema@.opus_cluster_job_create(
     name text,
-    source text,
-    key_columns text[],
-    prompt_template text,
-    target_table text,
+    source text DEFAULT NULL,
+    key_columns text[] DEFAULT NULL,
+    prompt_template text DEFAULT NULL,
+    target_table text DEFAULT NULL,
     target_column text DEFAULT 'output',
     options jsonb DEFAULT '{}',
-    concurrency integer DEFAULT 16)
+    concurrency integer DEFAULT 16,
+    source_query text DEFAULT NULL,
+    prompt_expression text DEFAULT NULL,
+    max_attempts integer DEFAULT 3,
+    retry_backoff interval DEFAULT '1 second',
+    commit_every integer DEFAULT 64)
 RETURNS SETOF bigint
 LANGUAGE plproxy
 AS $$
     CLUSTER 'opus_cluster';
     RUN ON ALL;
-    SELECT opus_job_create($1, $2::regclass, $3, $4, $5, $6, $7, $8);
+    SELECT opus_job_create($1, $2::regclass, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13);
 $$;
 
-COMMENT ON FUNCTION @extschema@.opus_cluster_job_create(text, text, text[], text, text, text, jsonb, integer)
-IS 'opus_job_create on every node (each over its own rows of source); one job id per node';
+COMMENT ON FUNCTION @extschema@.opus_cluster_job_create(text, text, text[], text, text, text, jsonb, integer, text, text, integer, interval, integer)
+IS 'opus_job_create on every node, with all its arguments (each node''s job over its own rows of source or source_query); one job id per node';
 
 CREATE FUNCTION @extschema@.opus_cluster_job_step(name text, max_rows integer DEFAULT 32)
 RETURNS TABLE(node integer, rows_done bigint, rows_failed bigint, rows_pending bigint)
