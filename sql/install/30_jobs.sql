@@ -806,8 +806,6 @@ DECLARE
     caller text := CURRENT_USER;
     lost boolean := false;
     run_id bigint;
-    src text;
-    prompt_sql text;
     n bigint;
     -- in flight: request ids and their items
     req_ids bigint[] := '{}';
@@ -824,11 +822,10 @@ DECLARE
     bad_items bigint[] := '{}';
     bad_states text[] := '{}';
     bad_errors text[] := '{}';
-    it record;
     rid bigint;
     pos integer;
-    res jsonb;
     need integer;
+    n_taken integer;
     taken bigint := 0;
     slots_full boolean;
     last_flush timestamp with time zone := pg_catalog.clock_timestamp();
@@ -868,24 +865,7 @@ BEGIN
     END IF;
 
     -- Take in the source rows the work list does not have yet.
-    src := @extschema@.opus_job_source_sql(j);
-    prompt_sql := CASE WHEN j.prompt_template IS NOT NULL
-                       THEN pg_catalog.format('@extschema@.opus_render(%L, pg_catalog.to_jsonb(s))', j.prompt_template)
-                       ELSE '(' OPERATOR(pg_catalog.||) j.prompt_expression OPERATOR(pg_catalog.||) E'\n)::text' END;
-    EXECUTE pg_catalog.format($m$
-        INSERT INTO @extschema@.opus_job_item (job_id, owner, key, prompt)
-        SELECT $1, $2, %1$s, %2$s
-        FROM %3$s AS s
-        WHERE %4$s
-          AND NOT EXISTS (SELECT FROM @extschema@.opus_job_item AS i
-                          WHERE i.job_id OPERATOR(pg_catalog.=) $1
-                            AND i.key OPERATOR(pg_catalog.=) %1$s)
-        ON CONFLICT (job_id, key) DO NOTHING$m$,
-        @extschema@.opus_job_key_sql(j.key_columns, 's'), prompt_sql, src,
-        (SELECT pg_catalog.string_agg(pg_catalog.format('s.%I IS NOT NULL', c), ' AND ')
-         FROM pg_catalog.unnest(j.key_columns) AS c))
-    USING j.id, j.owner;
-    GET DIAGNOSTICS n = ROW_COUNT;
+    n := @extschema@.opus_job_take_in(j);
     UPDATE @extschema@.opus_job_run AS r
     SET rows_added = n, phase = 'generating',
         generating_since = pg_catalog.clock_timestamp(), updated_at = pg_catalog.clock_timestamp(),
@@ -903,50 +883,16 @@ BEGIN
 
     LOOP
         -- Fill the window with pending rows that are due.
-        slots_full := false;
         need := j.concurrency OPERATOR(pg_catalog.-) pg_catalog.cardinality(req_ids);
         IF max_rows IS NOT NULL THEN
             need := LEAST(need, max_rows OPERATOR(pg_catalog.-) taken);
         END IF;
+        slots_full := false;
         IF need OPERATOR(pg_catalog.>) 0 THEN
-            FOR it IN
-                SELECT i.item_id, i.key, i.prompt FROM @extschema@.opus_job_item AS i
-                WHERE i.job_id OPERATOR(pg_catalog.=) j.id AND i.state OPERATOR(pg_catalog.=) 'pending'
-                  AND (i.next_attempt_at IS NULL OR i.next_attempt_at OPERATOR(pg_catalog.<=) pg_catalog.clock_timestamp())
-                  AND i.item_id OPERATOR(pg_catalog.<>) ALL (req_items)
-                  AND i.item_id OPERATOR(pg_catalog.<>) ALL (ok_items)
-                  AND i.item_id OPERATOR(pg_catalog.<>) ALL (bad_items)
-                ORDER BY i.item_id
-                LIMIT need
-            LOOP
-                IF it.prompt IS NULL THEN
-                    bad_items := pg_catalog.array_append(bad_items, it.item_id);
-                    bad_states := pg_catalog.array_append(bad_states, '22004');
-                    bad_errors := pg_catalog.array_append(bad_errors, 'the prompt of this row is null');
-                    taken := taken OPERATOR(pg_catalog.+) 1;
-                    CONTINUE;
-                END IF;
-                BEGIN
-                    rid := @extschema@.opus_job_submit(it.prompt, j.options);
-                EXCEPTION WHEN OTHERS THEN
-                    GET STACKED DIAGNOSTICS st = RETURNED_SQLSTATE, msg = MESSAGE_TEXT;
-                    rid := NULL;
-                END;
-                IF rid IS NULL THEN
-                    IF st OPERATOR(pg_catalog.=) '53000' THEN
-                        slots_full := true;     -- no request slot now: try again later
-                        EXIT;
-                    END IF;
-                    bad_items := pg_catalog.array_append(bad_items, it.item_id);
-                    bad_states := pg_catalog.array_append(bad_states, st);
-                    bad_errors := pg_catalog.array_append(bad_errors, msg);
-                ELSE
-                    req_ids := pg_catalog.array_append(req_ids, rid);
-                    req_items := pg_catalog.array_append(req_items, it.item_id);
-                    req_keys := pg_catalog.array_append(req_keys, it.key);
-                END IF;
-                taken := taken OPERATOR(pg_catalog.+) 1;
-            END LOOP;
+            SELECT * INTO req_ids, req_items, req_keys, bad_items, bad_states, bad_errors, n_taken, slots_full
+            FROM @extschema@.opus_job_fill(j, need, req_items OPERATOR(pg_catalog.||) ok_items OPERATOR(pg_catalog.||) bad_items,
+                                           req_ids, req_items, req_keys, bad_items, bad_states, bad_errors);
+            taken := taken OPERATOR(pg_catalog.+) n_taken;
         END IF;
 
         IF pg_catalog.cardinality(req_ids) OPERATOR(pg_catalog.>) 0 THEN
@@ -954,31 +900,15 @@ BEGIN
             rid := @extschema@.opus_wait(req_ids, '1 second');
             IF rid IS NOT NULL THEN
                 pos := pg_catalog.array_position(req_ids, rid);
-                BEGIN
-                    res := @extschema@.opus_result_completion(rid);
-                    st := NULL;
-                EXCEPTION WHEN OTHERS THEN
-                    GET STACKED DIAGNOSTICS st = RETURNED_SQLSTATE, msg = MESSAGE_TEXT;
-                END;
+                SELECT * INTO ok_items, ok_keys, ok_outputs, ok_finish, ok_ptok, ok_ctok, ok_cached,
+                              bad_items, bad_states, bad_errors, st
+                FROM @extschema@.opus_job_collect(rid, req_items[pos], req_keys[pos],
+                    ok_items, ok_keys, ok_outputs, ok_finish, ok_ptok, ok_ctok, ok_cached,
+                    bad_items, bad_states, bad_errors);
                 IF st IS NULL THEN
                     engine_errors := 0;
-                    ok_items := pg_catalog.array_append(ok_items, req_items[pos]);
-                    ok_keys := pg_catalog.array_append(ok_keys, req_keys[pos]);
-                    ok_outputs := pg_catalog.array_append(ok_outputs, COALESCE(
-                        res OPERATOR(pg_catalog.#>>) '{choices,0,text}',
-                        res OPERATOR(pg_catalog.#>>) '{choices,0,message,content}'));
-                    ok_finish := pg_catalog.array_append(ok_finish, res OPERATOR(pg_catalog.#>>) '{choices,0,finish_reason}');
-                    ok_ptok := pg_catalog.array_append(ok_ptok, (res OPERATOR(pg_catalog.#>>) '{usage,prompt_tokens}')::integer);
-                    ok_ctok := pg_catalog.array_append(ok_ctok, (res OPERATOR(pg_catalog.#>>) '{usage,completion_tokens}')::integer);
-                    ok_cached := pg_catalog.array_append(ok_cached,
-                        (res OPERATOR(pg_catalog.#>>) '{usage,prompt_tokens_details,cached_tokens}')::integer);
-                ELSE
-                    IF @extschema@.opus_job_error_is_system(st) THEN
-                        engine_errors := engine_errors OPERATOR(pg_catalog.+) 1;
-                    END IF;
-                    bad_items := pg_catalog.array_append(bad_items, req_items[pos]);
-                    bad_states := pg_catalog.array_append(bad_states, st);
-                    bad_errors := pg_catalog.array_append(bad_errors, msg);
+                ELSIF @extschema@.opus_job_error_is_system(st) THEN
+                    engine_errors := engine_errors OPERATOR(pg_catalog.+) 1;
                 END IF;
                 req_ids := pg_catalog.array_cat(req_ids[:pos OPERATOR(pg_catalog.-) 1], req_ids[pos OPERATOR(pg_catalog.+) 1:]);
                 req_items := pg_catalog.array_cat(req_items[:pos OPERATOR(pg_catalog.-) 1], req_items[pos OPERATOR(pg_catalog.+) 1:]);

@@ -12,18 +12,175 @@ LANGUAGE C VOLATILE PARALLEL UNSAFE;
 COMMENT ON FUNCTION @extschema@.opus_model_identity(text)
 IS 'the served model (NULL: the default) as name, file, size and SHA-256 of the file, so several nodes can be checked to serve the same model';
 
+-- The parts of a job's run shared by opus_job_run (a procedure that
+-- commits in chunks) and opus_job_step (one transaction).
+
+-- Take in the source rows the work list does not have yet; returns how many.
+CREATE FUNCTION @extschema@.opus_job_take_in(j @extschema@.opus_job)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+AS $$
+DECLARE
+    n bigint;
+BEGIN
+    EXECUTE pg_catalog.format($m$
+        INSERT INTO @extschema@.opus_job_item (job_id, owner, key, prompt)
+        SELECT $1, $2, %1$s, %2$s
+        FROM %3$s AS s
+        WHERE %4$s
+          AND NOT EXISTS (SELECT FROM @extschema@.opus_job_item AS i
+                          WHERE i.job_id OPERATOR(pg_catalog.=) $1
+                            AND i.key OPERATOR(pg_catalog.=) %1$s)
+        ON CONFLICT (job_id, key) DO NOTHING$m$,
+        @extschema@.opus_job_key_sql(j.key_columns, 's'),
+        CASE WHEN j.prompt_template IS NOT NULL
+             THEN pg_catalog.format('@extschema@.opus_render(%L, pg_catalog.to_jsonb(s))', j.prompt_template)
+             ELSE '(' OPERATOR(pg_catalog.||) j.prompt_expression OPERATOR(pg_catalog.||) E'\n)::text' END,
+        @extschema@.opus_job_source_sql(j),
+        (SELECT pg_catalog.string_agg(pg_catalog.format('s.%I IS NOT NULL', c), ' AND ')
+         FROM pg_catalog.unnest(j.key_columns) AS c))
+    USING j.id, j.owner;
+    GET DIAGNOSTICS n = ROW_COUNT;
+    RETURN n;
+END
+$$;
+
+COMMENT ON FUNCTION @extschema@.opus_job_take_in(@extschema@.opus_job)
+IS 'internal: add the source rows the job''s work list does not have yet; returns how many';
+
+-- Submit up to need pending rows that are due and not in busy: submitted
+-- rows are appended to req_*, rows that cannot be submitted to bad_*; no
+-- free request slot (53000) stops it with slots_full.  taken: rows used.
+CREATE FUNCTION @extschema@.opus_job_fill(
+    j @extschema@.opus_job,
+    need integer,
+    busy bigint[],
+    INOUT req_ids bigint[],
+    INOUT req_items bigint[],
+    INOUT req_keys jsonb[],
+    INOUT bad_items bigint[],
+    INOUT bad_states text[],
+    INOUT bad_errors text[],
+    OUT taken integer,
+    OUT slots_full boolean)
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+AS $$
+DECLARE
+    it record;
+    rid bigint;
+    st text;
+    msg text;
+BEGIN
+    taken := 0;
+    slots_full := false;
+    FOR it IN
+        SELECT i.item_id, i.key, i.prompt FROM @extschema@.opus_job_item AS i
+        WHERE i.job_id OPERATOR(pg_catalog.=) j.id AND i.state OPERATOR(pg_catalog.=) 'pending'
+          AND (i.next_attempt_at IS NULL OR i.next_attempt_at OPERATOR(pg_catalog.<=) pg_catalog.clock_timestamp())
+          AND i.item_id OPERATOR(pg_catalog.<>) ALL (busy)
+        ORDER BY i.item_id
+        LIMIT GREATEST(need, 0)
+    LOOP
+        IF it.prompt IS NULL THEN
+            bad_items := pg_catalog.array_append(bad_items, it.item_id);
+            bad_states := pg_catalog.array_append(bad_states, '22004');
+            bad_errors := pg_catalog.array_append(bad_errors, 'the prompt of this row is null');
+            taken := taken OPERATOR(pg_catalog.+) 1;
+            CONTINUE;
+        END IF;
+        BEGIN
+            rid := @extschema@.opus_job_submit(it.prompt, j.options);
+        EXCEPTION WHEN OTHERS THEN
+            GET STACKED DIAGNOSTICS st = RETURNED_SQLSTATE, msg = MESSAGE_TEXT;
+            rid := NULL;
+        END;
+        IF rid IS NULL THEN
+            IF st OPERATOR(pg_catalog.=) '53000' THEN
+                slots_full := true;     -- no request slot now: try again later
+                EXIT;
+            END IF;
+            bad_items := pg_catalog.array_append(bad_items, it.item_id);
+            bad_states := pg_catalog.array_append(bad_states, st);
+            bad_errors := pg_catalog.array_append(bad_errors, msg);
+        ELSE
+            req_ids := pg_catalog.array_append(req_ids, rid);
+            req_items := pg_catalog.array_append(req_items, it.item_id);
+            req_keys := pg_catalog.array_append(req_keys, it.key);
+        END IF;
+        taken := taken OPERATOR(pg_catalog.+) 1;
+    END LOOP;
+END
+$$;
+
+COMMENT ON FUNCTION @extschema@.opus_job_fill(@extschema@.opus_job, integer, bigint[], bigint[], bigint[], jsonb[], bigint[], text[], text[])
+IS 'internal: submit up to need due pending rows of a job (not in busy) with its options';
+
+-- Read the result of request rid (for item, key): appended to ok_* when it
+-- succeeded, to bad_* with its error when not (error_state, NULL on success).
+CREATE FUNCTION @extschema@.opus_job_collect(
+    rid bigint,
+    item bigint,
+    key jsonb,
+    INOUT ok_items bigint[],
+    INOUT ok_keys jsonb[],
+    INOUT ok_outputs text[],
+    INOUT ok_finish text[],
+    INOUT ok_ptok integer[],
+    INOUT ok_ctok integer[],
+    INOUT ok_cached integer[],
+    INOUT bad_items bigint[],
+    INOUT bad_states text[],
+    INOUT bad_errors text[],
+    OUT error_state text)
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+AS $$
+DECLARE
+    res jsonb;
+    msg text;
+BEGIN
+    BEGIN
+        res := @extschema@.opus_result_completion(rid);
+        error_state := NULL;
+    EXCEPTION WHEN OTHERS THEN
+        GET STACKED DIAGNOSTICS error_state = RETURNED_SQLSTATE, msg = MESSAGE_TEXT;
+    END;
+    IF error_state IS NULL THEN
+        ok_items := pg_catalog.array_append(ok_items, item);
+        ok_keys := pg_catalog.array_append(ok_keys, key);
+        ok_outputs := pg_catalog.array_append(ok_outputs, COALESCE(
+            res OPERATOR(pg_catalog.#>>) '{choices,0,text}',
+            res OPERATOR(pg_catalog.#>>) '{choices,0,message,content}'));
+        ok_finish := pg_catalog.array_append(ok_finish, res OPERATOR(pg_catalog.#>>) '{choices,0,finish_reason}');
+        ok_ptok := pg_catalog.array_append(ok_ptok, (res OPERATOR(pg_catalog.#>>) '{usage,prompt_tokens}')::integer);
+        ok_ctok := pg_catalog.array_append(ok_ctok, (res OPERATOR(pg_catalog.#>>) '{usage,completion_tokens}')::integer);
+        ok_cached := pg_catalog.array_append(ok_cached,
+            (res OPERATOR(pg_catalog.#>>) '{usage,prompt_tokens_details,cached_tokens}')::integer);
+    ELSE
+        bad_items := pg_catalog.array_append(bad_items, item);
+        bad_states := pg_catalog.array_append(bad_states, error_state);
+        bad_errors := pg_catalog.array_append(bad_errors, msg);
+    END IF;
+END
+$$;
+
+COMMENT ON FUNCTION @extschema@.opus_job_collect(bigint, bigint, jsonb, bigint[], jsonb[], text[], text[], integer[], integer[], integer[], bigint[], text[], text[])
+IS 'internal: read a job request''s result into the rows done (ok_*) or failed (bad_*)';
+
+-- One step: up to max_rows rows with at most the job's concurrency in
+-- flight, a finished request's slot refilled at once, all in this one
+-- transaction (results and done marks commit together or not at all).
 CREATE FUNCTION @extschema@.opus_job_step(job_name text, max_rows integer DEFAULT 64)
 RETURNS TABLE(rows_done bigint, rows_failed bigint, rows_pending bigint)
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
 AS $$
 DECLARE
     j @extschema@.opus_job;
-    it record;
     rid bigint;
-    res jsonb;
+    pos integer;
     st text;
-    msg text;
-    n_take integer;
+    n_taken integer;
+    taken integer := 0;
+    slots_full boolean := false;
     req_ids bigint[] := '{}';
     req_items bigint[] := '{}';
     req_keys jsonb[] := '{}';
@@ -50,83 +207,36 @@ BEGIN
             USING ERRCODE = 'lock_not_available',
                   HINT = 'A job is driven either by opus_job_run or by opus_job_step calls, one at a time.';
     END IF;
+    PERFORM @extschema@.opus_job_take_in(j);
 
-    -- Take in the source rows the work list does not have yet (as opus_job_run).
-    EXECUTE pg_catalog.format($m$
-        INSERT INTO @extschema@.opus_job_item (job_id, owner, key, prompt)
-        SELECT $1, $2, %1$s, %2$s
-        FROM %3$s AS s
-        WHERE %4$s
-          AND NOT EXISTS (SELECT FROM @extschema@.opus_job_item AS i
-                          WHERE i.job_id OPERATOR(pg_catalog.=) $1
-                            AND i.key OPERATOR(pg_catalog.=) %1$s)
-        ON CONFLICT (job_id, key) DO NOTHING$m$,
-        @extschema@.opus_job_key_sql(j.key_columns, 's'),
-        CASE WHEN j.prompt_template IS NOT NULL
-             THEN pg_catalog.format('@extschema@.opus_render(%L, pg_catalog.to_jsonb(s))', j.prompt_template)
-             ELSE '(' OPERATOR(pg_catalog.||) j.prompt_expression OPERATOR(pg_catalog.||) E'\n)::text' END,
-        @extschema@.opus_job_source_sql(j),
-        (SELECT pg_catalog.string_agg(pg_catalog.format('s.%I IS NOT NULL', c), ' AND ')
-         FROM pg_catalog.unnest(j.key_columns) AS c))
-    USING j.id, j.owner;
-
-    -- Submit up to max_rows due rows (at most the job's concurrency at once).
-    n_take := LEAST(max_rows, j.concurrency);
-    FOR it IN
-        SELECT i.item_id, i.key, i.prompt FROM @extschema@.opus_job_item AS i
-        WHERE i.job_id OPERATOR(pg_catalog.=) j.id AND i.state OPERATOR(pg_catalog.=) 'pending'
-          AND (i.next_attempt_at IS NULL OR i.next_attempt_at OPERATOR(pg_catalog.<=) pg_catalog.clock_timestamp())
-        ORDER BY i.item_id
-        LIMIT n_take
     LOOP
-        IF it.prompt IS NULL THEN
-            bad_items := pg_catalog.array_append(bad_items, it.item_id);
-            bad_states := pg_catalog.array_append(bad_states, '22004');
-            bad_errors := pg_catalog.array_append(bad_errors, 'the prompt of this row is null');
-            CONTINUE;
+        -- Keep the window full while rows are left to take.
+        IF NOT slots_full AND taken OPERATOR(pg_catalog.<) max_rows
+           AND pg_catalog.cardinality(req_ids) OPERATOR(pg_catalog.<) j.concurrency THEN
+            SELECT * INTO req_ids, req_items, req_keys, bad_items, bad_states, bad_errors, n_taken, slots_full
+            FROM @extschema@.opus_job_fill(j,
+                LEAST(max_rows OPERATOR(pg_catalog.-) taken,
+                      j.concurrency OPERATOR(pg_catalog.-) pg_catalog.cardinality(req_ids)),
+                req_items OPERATOR(pg_catalog.||) ok_items OPERATOR(pg_catalog.||) bad_items,
+                req_ids, req_items, req_keys, bad_items, bad_states, bad_errors);
+            taken := taken OPERATOR(pg_catalog.+) n_taken;
+            IF n_taken OPERATOR(pg_catalog.=) 0 THEN
+                taken := max_rows;      -- nothing due: drain what is in flight
+            END IF;
         END IF;
-        BEGIN
-            rid := @extschema@.opus_job_submit(it.prompt, j.options);
-        EXCEPTION WHEN OTHERS THEN
-            GET STACKED DIAGNOSTICS st = RETURNED_SQLSTATE, msg = MESSAGE_TEXT;
-            rid := NULL;
-        END;
-        IF rid IS NULL THEN
-            EXIT WHEN st OPERATOR(pg_catalog.=) '53000';    -- no slot now: the next step
-            bad_items := pg_catalog.array_append(bad_items, it.item_id);
-            bad_states := pg_catalog.array_append(bad_states, st);
-            bad_errors := pg_catalog.array_append(bad_errors, msg);
-        ELSE
-            req_ids := pg_catalog.array_append(req_ids, rid);
-            req_items := pg_catalog.array_append(req_items, it.item_id);
-            req_keys := pg_catalog.array_append(req_keys, it.key);
-        END IF;
-    END LOOP;
-
-    -- Collect every result.
-    FOR pos IN 1 .. pg_catalog.cardinality(req_ids) LOOP
-        BEGIN
-            res := @extschema@.opus_result_completion(req_ids[pos]);
-            st := NULL;
-        EXCEPTION WHEN OTHERS THEN
-            GET STACKED DIAGNOSTICS st = RETURNED_SQLSTATE, msg = MESSAGE_TEXT;
-        END;
-        IF st IS NULL THEN
-            ok_items := pg_catalog.array_append(ok_items, req_items[pos]);
-            ok_keys := pg_catalog.array_append(ok_keys, req_keys[pos]);
-            ok_outputs := pg_catalog.array_append(ok_outputs, COALESCE(
-                res OPERATOR(pg_catalog.#>>) '{choices,0,text}',
-                res OPERATOR(pg_catalog.#>>) '{choices,0,message,content}'));
-            ok_finish := pg_catalog.array_append(ok_finish, res OPERATOR(pg_catalog.#>>) '{choices,0,finish_reason}');
-            ok_ptok := pg_catalog.array_append(ok_ptok, (res OPERATOR(pg_catalog.#>>) '{usage,prompt_tokens}')::integer);
-            ok_ctok := pg_catalog.array_append(ok_ctok, (res OPERATOR(pg_catalog.#>>) '{usage,completion_tokens}')::integer);
-            ok_cached := pg_catalog.array_append(ok_cached,
-                (res OPERATOR(pg_catalog.#>>) '{usage,prompt_tokens_details,cached_tokens}')::integer);
-        ELSE
-            bad_items := pg_catalog.array_append(bad_items, req_items[pos]);
-            bad_states := pg_catalog.array_append(bad_states, st);
-            bad_errors := pg_catalog.array_append(bad_errors, msg);
-        END IF;
+        EXIT WHEN pg_catalog.cardinality(req_ids) OPERATOR(pg_catalog.=) 0;
+        -- The next result that is ready.
+        rid := @extschema@.opus_wait(req_ids, '1 second');
+        CONTINUE WHEN rid IS NULL;
+        pos := pg_catalog.array_position(req_ids, rid);
+        SELECT * INTO ok_items, ok_keys, ok_outputs, ok_finish, ok_ptok, ok_ctok, ok_cached,
+                      bad_items, bad_states, bad_errors, st
+        FROM @extschema@.opus_job_collect(rid, req_items[pos], req_keys[pos],
+            ok_items, ok_keys, ok_outputs, ok_finish, ok_ptok, ok_ctok, ok_cached,
+            bad_items, bad_states, bad_errors);
+        req_ids := pg_catalog.array_cat(req_ids[:pos OPERATOR(pg_catalog.-) 1], req_ids[pos OPERATOR(pg_catalog.+) 1:]);
+        req_items := pg_catalog.array_cat(req_items[:pos OPERATOR(pg_catalog.-) 1], req_items[pos OPERATOR(pg_catalog.+) 1:]);
+        req_keys := pg_catalog.array_cat(req_keys[:pos OPERATOR(pg_catalog.-) 1], req_keys[pos OPERATOR(pg_catalog.+) 1:]);
     END LOOP;
 
     IF pg_catalog.cardinality(ok_items) OPERATOR(pg_catalog.>) 0 THEN
@@ -145,7 +255,7 @@ END
 $$;
 
 COMMENT ON FUNCTION @extschema@.opus_job_step(text, integer)
-IS 'process up to max_rows pending rows of a job in this one transaction (for a front such as PL/Proxy that cannot CALL opus_job_run); returns rows done and failed in this step and rows still pending';
+IS 'process up to max_rows pending rows of a job in this one transaction, keeping the job''s concurrency in flight (for a front such as PL/Proxy that cannot CALL opus_job_run); returns rows done and failed in this step and rows still pending';
 
 CREATE FUNCTION @extschema@.opus_job_counts(job_name text)
 RETURNS TABLE(rows_total bigint, rows_done bigint, rows_failed bigint, rows_pending bigint)

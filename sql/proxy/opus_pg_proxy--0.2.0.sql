@@ -435,7 +435,7 @@ $$;
 COMMENT ON FUNCTION @extschema@.opus_cluster_job_create(text, text, text[], text, text, text, jsonb, integer, text, text, integer, interval, integer)
 IS 'opus_job_create on every node, with all its arguments (each node''s job over its own rows of source or source_query); one job id per node';
 
-CREATE FUNCTION @extschema@.opus_cluster_job_step(name text, max_rows integer DEFAULT 32)
+CREATE FUNCTION @extschema@.opus_cluster_job_step(name text, max_rows integer DEFAULT 64)
 RETURNS TABLE(node integer, rows_done bigint, rows_failed bigint, rows_pending bigint)
 LANGUAGE plproxy
 AS $$
@@ -448,7 +448,7 @@ $$;
 COMMENT ON FUNCTION @extschema@.opus_cluster_job_step(text, integer)
 IS 'one opus_job_step on every node at once (in parallel); fails if a node cannot be reached';
 
-CREATE FUNCTION @extschema@.opus_cluster_job_step_on(part integer, name text, max_rows integer DEFAULT 32)
+CREATE FUNCTION @extschema@.opus_cluster_job_step_on(part integer, name text, max_rows integer DEFAULT 64)
 RETURNS TABLE(node integer, rows_done bigint, rows_failed bigint, rows_pending bigint)
 LANGUAGE plproxy
 AS $$
@@ -492,7 +492,7 @@ IS 'a distributed job''s progress summed over the nodes';
 -- done exactly once (opus_job_step is one transaction on its node).
 CREATE PROCEDURE @extschema@.opus_cluster_job_run(
     name text,
-    step_rows integer DEFAULT 32,
+    step_rows integer DEFAULT 64,
     max_wait interval DEFAULT '10 minutes')
 LANGUAGE plpgsql
 AS $$

@@ -6,7 +6,7 @@
 # call (CALLS one-token greedy calls through opus_generate_on against the
 # same calls made directly on a node).  Prints a table; not a pass/fail test.
 #
-# usage: [ROWS=1000] [TOKENS=8] [THREADS=1] [CALLS=50] [PG_CONFIG=...]
+# usage: [ROWS=1000] [TOKENS=8] [THREADS=1] [CALLS=50] [STEP=64] [PG_CONFIG=...]
 #        test/bench/bench_scaleout.sh
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -14,6 +14,7 @@ ROWS=${ROWS:-1000}
 TOKENS=${TOKENS:-8}
 THREADS=${THREADS:-1}
 CALLS=${CALLS:-50}
+STEP=${STEP:-64}
 PG_CONFIG=${PG_CONFIG:-pg_config}
 bindir=$("$PG_CONFIG" --bindir)
 export PG_CONFIG THREADS
@@ -22,6 +23,7 @@ chmod 755 "$base"
 trap 'for n in 1 2; do DIR=$base/c$n NODES=$n test/cluster/setup.sh destroy >/dev/null 2>&1 || true; done; rm -rf "$base"' EXIT INT TERM
 
 results=()
+load0=$(cut -d' ' -f1-3 /proc/loadavg)
 for n in 1 2; do
 	export DIR=$base/c$n NODES=$n PORT=$((55600 + 10 * n))
 	test/cluster/setup.sh start >/dev/null
@@ -30,7 +32,7 @@ for n in 1 2; do
 	q "$PORT" "SELECT count(*) FROM opus_cluster_job_create('bench', 'docs', '{id}', '{{body}}. Describe it:',
 		'docs_out', options => '{\"max_tokens\": $TOKENS, \"temperature\": 0}', concurrency => 16)" >/dev/null
 	t0=$(date +%s.%N)
-	q "$PORT" "CALL opus_cluster_job_run('bench', step_rows => 32)"
+	q "$PORT" "CALL opus_cluster_job_run('bench', step_rows => $STEP)"
 	t1=$(date +%s.%N)
 	ctok=0
 	for i in $(seq 0 $((n - 1))); do
@@ -60,4 +62,4 @@ for r in sys.argv[3:]:
     dr = (float(tp2) - float(tp1)) * 1000 / calls
     print(f"{n:>5} {rows:>6} {sec:>8.1f} {rps:>8.2f} {ctok / sec:>9.1f} {rps / base:>7.2f}x {px:>14.2f} {dr:>15.2f} {px - dr:>8.2f}")
 PY
-echo "load average: $(cut -d' ' -f1-3 /proc/loadavg); opus.threads = $THREADS per node; $TOKENS tokens per row, greedy"
+echo "load average: $load0 before, $(cut -d' ' -f1-3 /proc/loadavg) after; opus.threads = $THREADS per node; $TOKENS tokens per row, greedy; step_rows $STEP"

@@ -9,18 +9,175 @@ LANGUAGE C VOLATILE PARALLEL UNSAFE;
 COMMENT ON FUNCTION @extschema@.opus_model_identity(text)
 IS 'the served model (NULL: the default) as name, file, size and SHA-256 of the file, so several nodes can be checked to serve the same model';
 
+-- The parts of a job's run shared by opus_job_run (a procedure that
+-- commits in chunks) and opus_job_step (one transaction).
+
+-- Take in the source rows the work list does not have yet; returns how many.
+CREATE FUNCTION @extschema@.opus_job_take_in(j @extschema@.opus_job)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+AS $$
+DECLARE
+    n bigint;
+BEGIN
+    EXECUTE pg_catalog.format($m$
+        INSERT INTO @extschema@.opus_job_item (job_id, owner, key, prompt)
+        SELECT $1, $2, %1$s, %2$s
+        FROM %3$s AS s
+        WHERE %4$s
+          AND NOT EXISTS (SELECT FROM @extschema@.opus_job_item AS i
+                          WHERE i.job_id OPERATOR(pg_catalog.=) $1
+                            AND i.key OPERATOR(pg_catalog.=) %1$s)
+        ON CONFLICT (job_id, key) DO NOTHING$m$,
+        @extschema@.opus_job_key_sql(j.key_columns, 's'),
+        CASE WHEN j.prompt_template IS NOT NULL
+             THEN pg_catalog.format('@extschema@.opus_render(%L, pg_catalog.to_jsonb(s))', j.prompt_template)
+             ELSE '(' OPERATOR(pg_catalog.||) j.prompt_expression OPERATOR(pg_catalog.||) E'\n)::text' END,
+        @extschema@.opus_job_source_sql(j),
+        (SELECT pg_catalog.string_agg(pg_catalog.format('s.%I IS NOT NULL', c), ' AND ')
+         FROM pg_catalog.unnest(j.key_columns) AS c))
+    USING j.id, j.owner;
+    GET DIAGNOSTICS n = ROW_COUNT;
+    RETURN n;
+END
+$$;
+
+COMMENT ON FUNCTION @extschema@.opus_job_take_in(@extschema@.opus_job)
+IS 'internal: add the source rows the job''s work list does not have yet; returns how many';
+
+-- Submit up to need pending rows that are due and not in busy: submitted
+-- rows are appended to req_*, rows that cannot be submitted to bad_*; no
+-- free request slot (53000) stops it with slots_full.  taken: rows used.
+CREATE FUNCTION @extschema@.opus_job_fill(
+    j @extschema@.opus_job,
+    need integer,
+    busy bigint[],
+    INOUT req_ids bigint[],
+    INOUT req_items bigint[],
+    INOUT req_keys jsonb[],
+    INOUT bad_items bigint[],
+    INOUT bad_states text[],
+    INOUT bad_errors text[],
+    OUT taken integer,
+    OUT slots_full boolean)
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+AS $$
+DECLARE
+    it record;
+    rid bigint;
+    st text;
+    msg text;
+BEGIN
+    taken := 0;
+    slots_full := false;
+    FOR it IN
+        SELECT i.item_id, i.key, i.prompt FROM @extschema@.opus_job_item AS i
+        WHERE i.job_id OPERATOR(pg_catalog.=) j.id AND i.state OPERATOR(pg_catalog.=) 'pending'
+          AND (i.next_attempt_at IS NULL OR i.next_attempt_at OPERATOR(pg_catalog.<=) pg_catalog.clock_timestamp())
+          AND i.item_id OPERATOR(pg_catalog.<>) ALL (busy)
+        ORDER BY i.item_id
+        LIMIT GREATEST(need, 0)
+    LOOP
+        IF it.prompt IS NULL THEN
+            bad_items := pg_catalog.array_append(bad_items, it.item_id);
+            bad_states := pg_catalog.array_append(bad_states, '22004');
+            bad_errors := pg_catalog.array_append(bad_errors, 'the prompt of this row is null');
+            taken := taken OPERATOR(pg_catalog.+) 1;
+            CONTINUE;
+        END IF;
+        BEGIN
+            rid := @extschema@.opus_job_submit(it.prompt, j.options);
+        EXCEPTION WHEN OTHERS THEN
+            GET STACKED DIAGNOSTICS st = RETURNED_SQLSTATE, msg = MESSAGE_TEXT;
+            rid := NULL;
+        END;
+        IF rid IS NULL THEN
+            IF st OPERATOR(pg_catalog.=) '53000' THEN
+                slots_full := true;     -- no request slot now: try again later
+                EXIT;
+            END IF;
+            bad_items := pg_catalog.array_append(bad_items, it.item_id);
+            bad_states := pg_catalog.array_append(bad_states, st);
+            bad_errors := pg_catalog.array_append(bad_errors, msg);
+        ELSE
+            req_ids := pg_catalog.array_append(req_ids, rid);
+            req_items := pg_catalog.array_append(req_items, it.item_id);
+            req_keys := pg_catalog.array_append(req_keys, it.key);
+        END IF;
+        taken := taken OPERATOR(pg_catalog.+) 1;
+    END LOOP;
+END
+$$;
+
+COMMENT ON FUNCTION @extschema@.opus_job_fill(@extschema@.opus_job, integer, bigint[], bigint[], bigint[], jsonb[], bigint[], text[], text[])
+IS 'internal: submit up to need due pending rows of a job (not in busy) with its options';
+
+-- Read the result of request rid (for item, key): appended to ok_* when it
+-- succeeded, to bad_* with its error when not (error_state, NULL on success).
+CREATE FUNCTION @extschema@.opus_job_collect(
+    rid bigint,
+    item bigint,
+    key jsonb,
+    INOUT ok_items bigint[],
+    INOUT ok_keys jsonb[],
+    INOUT ok_outputs text[],
+    INOUT ok_finish text[],
+    INOUT ok_ptok integer[],
+    INOUT ok_ctok integer[],
+    INOUT ok_cached integer[],
+    INOUT bad_items bigint[],
+    INOUT bad_states text[],
+    INOUT bad_errors text[],
+    OUT error_state text)
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+AS $$
+DECLARE
+    res jsonb;
+    msg text;
+BEGIN
+    BEGIN
+        res := @extschema@.opus_result_completion(rid);
+        error_state := NULL;
+    EXCEPTION WHEN OTHERS THEN
+        GET STACKED DIAGNOSTICS error_state = RETURNED_SQLSTATE, msg = MESSAGE_TEXT;
+    END;
+    IF error_state IS NULL THEN
+        ok_items := pg_catalog.array_append(ok_items, item);
+        ok_keys := pg_catalog.array_append(ok_keys, key);
+        ok_outputs := pg_catalog.array_append(ok_outputs, COALESCE(
+            res OPERATOR(pg_catalog.#>>) '{choices,0,text}',
+            res OPERATOR(pg_catalog.#>>) '{choices,0,message,content}'));
+        ok_finish := pg_catalog.array_append(ok_finish, res OPERATOR(pg_catalog.#>>) '{choices,0,finish_reason}');
+        ok_ptok := pg_catalog.array_append(ok_ptok, (res OPERATOR(pg_catalog.#>>) '{usage,prompt_tokens}')::integer);
+        ok_ctok := pg_catalog.array_append(ok_ctok, (res OPERATOR(pg_catalog.#>>) '{usage,completion_tokens}')::integer);
+        ok_cached := pg_catalog.array_append(ok_cached,
+            (res OPERATOR(pg_catalog.#>>) '{usage,prompt_tokens_details,cached_tokens}')::integer);
+    ELSE
+        bad_items := pg_catalog.array_append(bad_items, item);
+        bad_states := pg_catalog.array_append(bad_states, error_state);
+        bad_errors := pg_catalog.array_append(bad_errors, msg);
+    END IF;
+END
+$$;
+
+COMMENT ON FUNCTION @extschema@.opus_job_collect(bigint, bigint, jsonb, bigint[], jsonb[], text[], text[], integer[], integer[], integer[], bigint[], text[], text[])
+IS 'internal: read a job request''s result into the rows done (ok_*) or failed (bad_*)';
+
+-- One step: up to max_rows rows with at most the job's concurrency in
+-- flight, a finished request's slot refilled at once, all in this one
+-- transaction (results and done marks commit together or not at all).
 CREATE FUNCTION @extschema@.opus_job_step(job_name text, max_rows integer DEFAULT 64)
 RETURNS TABLE(rows_done bigint, rows_failed bigint, rows_pending bigint)
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
 AS $$
 DECLARE
     j @extschema@.opus_job;
-    it record;
     rid bigint;
-    res jsonb;
+    pos integer;
     st text;
-    msg text;
-    n_take integer;
+    n_taken integer;
+    taken integer := 0;
+    slots_full boolean := false;
     req_ids bigint[] := '{}';
     req_items bigint[] := '{}';
     req_keys jsonb[] := '{}';
@@ -47,83 +204,36 @@ BEGIN
             USING ERRCODE = 'lock_not_available',
                   HINT = 'A job is driven either by opus_job_run or by opus_job_step calls, one at a time.';
     END IF;
+    PERFORM @extschema@.opus_job_take_in(j);
 
-    -- Take in the source rows the work list does not have yet (as opus_job_run).
-    EXECUTE pg_catalog.format($m$
-        INSERT INTO @extschema@.opus_job_item (job_id, owner, key, prompt)
-        SELECT $1, $2, %1$s, %2$s
-        FROM %3$s AS s
-        WHERE %4$s
-          AND NOT EXISTS (SELECT FROM @extschema@.opus_job_item AS i
-                          WHERE i.job_id OPERATOR(pg_catalog.=) $1
-                            AND i.key OPERATOR(pg_catalog.=) %1$s)
-        ON CONFLICT (job_id, key) DO NOTHING$m$,
-        @extschema@.opus_job_key_sql(j.key_columns, 's'),
-        CASE WHEN j.prompt_template IS NOT NULL
-             THEN pg_catalog.format('@extschema@.opus_render(%L, pg_catalog.to_jsonb(s))', j.prompt_template)
-             ELSE '(' OPERATOR(pg_catalog.||) j.prompt_expression OPERATOR(pg_catalog.||) E'\n)::text' END,
-        @extschema@.opus_job_source_sql(j),
-        (SELECT pg_catalog.string_agg(pg_catalog.format('s.%I IS NOT NULL', c), ' AND ')
-         FROM pg_catalog.unnest(j.key_columns) AS c))
-    USING j.id, j.owner;
-
-    -- Submit up to max_rows due rows (at most the job's concurrency at once).
-    n_take := LEAST(max_rows, j.concurrency);
-    FOR it IN
-        SELECT i.item_id, i.key, i.prompt FROM @extschema@.opus_job_item AS i
-        WHERE i.job_id OPERATOR(pg_catalog.=) j.id AND i.state OPERATOR(pg_catalog.=) 'pending'
-          AND (i.next_attempt_at IS NULL OR i.next_attempt_at OPERATOR(pg_catalog.<=) pg_catalog.clock_timestamp())
-        ORDER BY i.item_id
-        LIMIT n_take
     LOOP
-        IF it.prompt IS NULL THEN
-            bad_items := pg_catalog.array_append(bad_items, it.item_id);
-            bad_states := pg_catalog.array_append(bad_states, '22004');
-            bad_errors := pg_catalog.array_append(bad_errors, 'the prompt of this row is null');
-            CONTINUE;
+        -- Keep the window full while rows are left to take.
+        IF NOT slots_full AND taken OPERATOR(pg_catalog.<) max_rows
+           AND pg_catalog.cardinality(req_ids) OPERATOR(pg_catalog.<) j.concurrency THEN
+            SELECT * INTO req_ids, req_items, req_keys, bad_items, bad_states, bad_errors, n_taken, slots_full
+            FROM @extschema@.opus_job_fill(j,
+                LEAST(max_rows OPERATOR(pg_catalog.-) taken,
+                      j.concurrency OPERATOR(pg_catalog.-) pg_catalog.cardinality(req_ids)),
+                req_items OPERATOR(pg_catalog.||) ok_items OPERATOR(pg_catalog.||) bad_items,
+                req_ids, req_items, req_keys, bad_items, bad_states, bad_errors);
+            taken := taken OPERATOR(pg_catalog.+) n_taken;
+            IF n_taken OPERATOR(pg_catalog.=) 0 THEN
+                taken := max_rows;      -- nothing due: drain what is in flight
+            END IF;
         END IF;
-        BEGIN
-            rid := @extschema@.opus_job_submit(it.prompt, j.options);
-        EXCEPTION WHEN OTHERS THEN
-            GET STACKED DIAGNOSTICS st = RETURNED_SQLSTATE, msg = MESSAGE_TEXT;
-            rid := NULL;
-        END;
-        IF rid IS NULL THEN
-            EXIT WHEN st OPERATOR(pg_catalog.=) '53000';    -- no slot now: the next step
-            bad_items := pg_catalog.array_append(bad_items, it.item_id);
-            bad_states := pg_catalog.array_append(bad_states, st);
-            bad_errors := pg_catalog.array_append(bad_errors, msg);
-        ELSE
-            req_ids := pg_catalog.array_append(req_ids, rid);
-            req_items := pg_catalog.array_append(req_items, it.item_id);
-            req_keys := pg_catalog.array_append(req_keys, it.key);
-        END IF;
-    END LOOP;
-
-    -- Collect every result.
-    FOR pos IN 1 .. pg_catalog.cardinality(req_ids) LOOP
-        BEGIN
-            res := @extschema@.opus_result_completion(req_ids[pos]);
-            st := NULL;
-        EXCEPTION WHEN OTHERS THEN
-            GET STACKED DIAGNOSTICS st = RETURNED_SQLSTATE, msg = MESSAGE_TEXT;
-        END;
-        IF st IS NULL THEN
-            ok_items := pg_catalog.array_append(ok_items, req_items[pos]);
-            ok_keys := pg_catalog.array_append(ok_keys, req_keys[pos]);
-            ok_outputs := pg_catalog.array_append(ok_outputs, COALESCE(
-                res OPERATOR(pg_catalog.#>>) '{choices,0,text}',
-                res OPERATOR(pg_catalog.#>>) '{choices,0,message,content}'));
-            ok_finish := pg_catalog.array_append(ok_finish, res OPERATOR(pg_catalog.#>>) '{choices,0,finish_reason}');
-            ok_ptok := pg_catalog.array_append(ok_ptok, (res OPERATOR(pg_catalog.#>>) '{usage,prompt_tokens}')::integer);
-            ok_ctok := pg_catalog.array_append(ok_ctok, (res OPERATOR(pg_catalog.#>>) '{usage,completion_tokens}')::integer);
-            ok_cached := pg_catalog.array_append(ok_cached,
-                (res OPERATOR(pg_catalog.#>>) '{usage,prompt_tokens_details,cached_tokens}')::integer);
-        ELSE
-            bad_items := pg_catalog.array_append(bad_items, req_items[pos]);
-            bad_states := pg_catalog.array_append(bad_states, st);
-            bad_errors := pg_catalog.array_append(bad_errors, msg);
-        END IF;
+        EXIT WHEN pg_catalog.cardinality(req_ids) OPERATOR(pg_catalog.=) 0;
+        -- The next result that is ready.
+        rid := @extschema@.opus_wait(req_ids, '1 second');
+        CONTINUE WHEN rid IS NULL;
+        pos := pg_catalog.array_position(req_ids, rid);
+        SELECT * INTO ok_items, ok_keys, ok_outputs, ok_finish, ok_ptok, ok_ctok, ok_cached,
+                      bad_items, bad_states, bad_errors, st
+        FROM @extschema@.opus_job_collect(rid, req_items[pos], req_keys[pos],
+            ok_items, ok_keys, ok_outputs, ok_finish, ok_ptok, ok_ctok, ok_cached,
+            bad_items, bad_states, bad_errors);
+        req_ids := pg_catalog.array_cat(req_ids[:pos OPERATOR(pg_catalog.-) 1], req_ids[pos OPERATOR(pg_catalog.+) 1:]);
+        req_items := pg_catalog.array_cat(req_items[:pos OPERATOR(pg_catalog.-) 1], req_items[pos OPERATOR(pg_catalog.+) 1:]);
+        req_keys := pg_catalog.array_cat(req_keys[:pos OPERATOR(pg_catalog.-) 1], req_keys[pos OPERATOR(pg_catalog.+) 1:]);
     END LOOP;
 
     IF pg_catalog.cardinality(ok_items) OPERATOR(pg_catalog.>) 0 THEN
@@ -142,7 +252,7 @@ END
 $$;
 
 COMMENT ON FUNCTION @extschema@.opus_job_step(text, integer)
-IS 'process up to max_rows pending rows of a job in this one transaction (for a front such as PL/Proxy that cannot CALL opus_job_run); returns rows done and failed in this step and rows still pending';
+IS 'process up to max_rows pending rows of a job in this one transaction, keeping the job''s concurrency in flight (for a front such as PL/Proxy that cannot CALL opus_job_run); returns rows done and failed in this step and rows still pending';
 
 CREATE FUNCTION @extschema@.opus_job_counts(job_name text)
 RETURNS TABLE(rows_total bigint, rows_done bigint, rows_failed bigint, rows_pending bigint)
@@ -158,3 +268,254 @@ $$;
 
 COMMENT ON FUNCTION @extschema@.opus_job_counts(text)
 IS 'rows of a job''s work list by state (rows not yet taken in from the source are not counted until a run or step)';
+
+-- opus_job_run takes in, fills and collects with the helpers above, which it
+-- shares with opus_job_step.
+DROP PROCEDURE @extschema@.opus_job_run(text, bigint);
+
+CREATE PROCEDURE @extschema@.opus_job_run(job_name text, max_rows bigint DEFAULT NULL)
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    j @extschema@.opus_job;
+    caller text := CURRENT_USER;
+    lost boolean := false;
+    run_id bigint;
+    n bigint;
+    -- in flight: request ids and their items
+    req_ids bigint[] := '{}';
+    req_items bigint[] := '{}';
+    req_keys jsonb[] := '{}';
+    -- finished, not yet written
+    ok_items bigint[] := '{}';
+    ok_keys jsonb[] := '{}';
+    ok_outputs text[] := '{}';
+    ok_finish text[] := '{}';
+    ok_ptok integer[] := '{}';
+    ok_ctok integer[] := '{}';
+    ok_cached integer[] := '{}';
+    bad_items bigint[] := '{}';
+    bad_states text[] := '{}';
+    bad_errors text[] := '{}';
+    rid bigint;
+    pos integer;
+    need integer;
+    n_taken integer;
+    taken bigint := 0;
+    slots_full boolean;
+    last_flush timestamp with time zone := pg_catalog.clock_timestamp();
+    next_retry timestamp with time zone;
+    n_failed bigint;
+    st text;
+    msg text;
+    engine_errors integer := 0;     -- engine failures since the last success
+BEGIN
+    j := @extschema@.opus_job_find(job_name);
+    PERFORM @extschema@.opus_job_check_owner(j, 'run');
+    PERFORM FROM @extschema@.opus_engine_status();     -- 55000 unless preloaded
+    PERFORM @extschema@.opus_job_check_not_in_block();
+    IF max_rows IS NOT NULL AND max_rows OPERATOR(pg_catalog.<) 0 THEN
+        RAISE EXCEPTION 'max_rows must not be negative' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+
+    -- Run as the owner, one run per job: a second one returns at once.
+    -- Every transaction below starts with opus_job_begin.
+    IF NOT @extschema@.opus_job_begin(j) THEN
+        RAISE NOTICE 'opus job "%" is already running; nothing to do', j.name;
+        RETURN;
+    END IF;
+
+    -- Runs that were running when their session or the server went away.
+    UPDATE @extschema@.opus_job_run AS r
+    SET status = 'interrupted', phase = 'interrupted', ended_at = r.updated_at,
+        last_error = COALESCE(r.last_error, 'the run was interrupted (its session ended or the server restarted)')
+    WHERE r.job_id OPERATOR(pg_catalog.=) j.id AND r.status OPERATOR(pg_catalog.=) 'running';
+    INSERT INTO @extschema@.opus_job_run (job_id, owner, pid, run_by)
+    VALUES (j.id, j.owner, pg_catalog.pg_backend_pid(), pg_catalog.quote_ident(caller)::regrole)
+    RETURNING id INTO run_id;
+    COMMIT;
+    IF NOT @extschema@.opus_job_begin(j) THEN
+        RAISE NOTICE 'opus job "%" was started by another run', j.name;
+        RETURN;
+    END IF;
+
+    -- Take in the source rows the work list does not have yet.
+    n := @extschema@.opus_job_take_in(j);
+    UPDATE @extschema@.opus_job_run AS r
+    SET rows_added = n, phase = 'generating',
+        generating_since = pg_catalog.clock_timestamp(), updated_at = pg_catalog.clock_timestamp(),
+        (rows_total, rows_done_before, rows_failed_before) =
+            (SELECT pg_catalog.count(*),
+                    pg_catalog.count(*) FILTER (WHERE i.state OPERATOR(pg_catalog.=) 'done'),
+                    pg_catalog.count(*) FILTER (WHERE i.state OPERATOR(pg_catalog.=) 'failed')
+             FROM @extschema@.opus_job_item AS i WHERE i.job_id OPERATOR(pg_catalog.=) j.id)
+    WHERE r.id OPERATOR(pg_catalog.=) run_id;
+    COMMIT;
+    IF NOT @extschema@.opus_job_begin(j) THEN
+        RAISE NOTICE 'opus job "%" was started by another run', j.name;
+        RETURN;
+    END IF;
+
+    LOOP
+        -- Fill the window with pending rows that are due.
+        need := j.concurrency OPERATOR(pg_catalog.-) pg_catalog.cardinality(req_ids);
+        IF max_rows IS NOT NULL THEN
+            need := LEAST(need, max_rows OPERATOR(pg_catalog.-) taken);
+        END IF;
+        slots_full := false;
+        IF need OPERATOR(pg_catalog.>) 0 THEN
+            SELECT * INTO req_ids, req_items, req_keys, bad_items, bad_states, bad_errors, n_taken, slots_full
+            FROM @extschema@.opus_job_fill(j, need, req_items OPERATOR(pg_catalog.||) ok_items OPERATOR(pg_catalog.||) bad_items,
+                                           req_ids, req_items, req_keys, bad_items, bad_states, bad_errors);
+            taken := taken OPERATOR(pg_catalog.+) n_taken;
+        END IF;
+
+        IF pg_catalog.cardinality(req_ids) OPERATOR(pg_catalog.>) 0 THEN
+            -- Take the next result that is ready.
+            rid := @extschema@.opus_wait(req_ids, '1 second');
+            IF rid IS NOT NULL THEN
+                pos := pg_catalog.array_position(req_ids, rid);
+                SELECT * INTO ok_items, ok_keys, ok_outputs, ok_finish, ok_ptok, ok_ctok, ok_cached,
+                              bad_items, bad_states, bad_errors, st
+                FROM @extschema@.opus_job_collect(rid, req_items[pos], req_keys[pos],
+                    ok_items, ok_keys, ok_outputs, ok_finish, ok_ptok, ok_ctok, ok_cached,
+                    bad_items, bad_states, bad_errors);
+                IF st IS NULL THEN
+                    engine_errors := 0;
+                ELSIF @extschema@.opus_job_error_is_system(st) THEN
+                    engine_errors := engine_errors OPERATOR(pg_catalog.+) 1;
+                END IF;
+                req_ids := pg_catalog.array_cat(req_ids[:pos OPERATOR(pg_catalog.-) 1], req_ids[pos OPERATOR(pg_catalog.+) 1:]);
+                req_items := pg_catalog.array_cat(req_items[:pos OPERATOR(pg_catalog.-) 1], req_items[pos OPERATOR(pg_catalog.+) 1:]);
+                req_keys := pg_catalog.array_cat(req_keys[:pos OPERATOR(pg_catalog.-) 1], req_keys[pos OPERATOR(pg_catalog.+) 1:]);
+            END IF;
+        END IF;
+
+        -- Write a chunk: when it is full, every second, when idle, and
+        -- before giving up on an engine that keeps failing.
+        IF engine_errors OPERATOR(pg_catalog.>=) GREATEST(32, 2 OPERATOR(pg_catalog.*) j.concurrency)
+           OR pg_catalog.cardinality(ok_items) OPERATOR(pg_catalog.+) pg_catalog.cardinality(bad_items)
+               OPERATOR(pg_catalog.>=) j.commit_every
+           OR pg_catalog.cardinality(req_ids) OPERATOR(pg_catalog.=) 0
+           OR pg_catalog.clock_timestamp() OPERATOR(pg_catalog.-) last_flush OPERATOR(pg_catalog.>=) '1 second'::interval THEN
+            IF pg_catalog.cardinality(ok_items) OPERATOR(pg_catalog.>) 0 THEN
+                BEGIN
+                    PERFORM @extschema@.opus_job_write(j, ok_items, ok_keys, ok_outputs, ok_finish,
+                                                       ok_ptok, ok_ctok, ok_cached);
+                EXCEPTION WHEN OTHERS THEN
+                    -- One row the target refuses must not sink the chunk: write row by row.
+                    FOR pos IN 1 .. pg_catalog.cardinality(ok_items) LOOP
+                        BEGIN
+                            PERFORM @extschema@.opus_job_write(j, ARRAY[ok_items[pos]], ARRAY[ok_keys[pos]],
+                                ARRAY[ok_outputs[pos]], ARRAY[ok_finish[pos]], ARRAY[ok_ptok[pos]],
+                                ARRAY[ok_ctok[pos]], ARRAY[ok_cached[pos]]);
+                        EXCEPTION WHEN OTHERS THEN
+                            GET STACKED DIAGNOSTICS st = RETURNED_SQLSTATE, msg = MESSAGE_TEXT;
+                            bad_items := pg_catalog.array_append(bad_items, ok_items[pos]);
+                            bad_states := pg_catalog.array_append(bad_states, st);
+                            bad_errors := pg_catalog.array_append(bad_errors, 'writing the result failed: ' OPERATOR(pg_catalog.||) msg);
+                            ok_ctok[pos] := 0;
+                            ok_ptok[pos] := 0;
+                            ok_cached[pos] := 0;
+                            ok_items[pos] := NULL;
+                        END;
+                    END LOOP;
+                END;
+            END IF;
+            n_failed := 0;
+            IF pg_catalog.cardinality(bad_items) OPERATOR(pg_catalog.>) 0 THEN
+                n_failed := @extschema@.opus_job_fail(j, bad_items, bad_states, bad_errors);
+            END IF;
+            UPDATE @extschema@.opus_job_run AS r SET
+                rows_done = r.rows_done OPERATOR(pg_catalog.+)
+                    pg_catalog.cardinality(pg_catalog.array_remove(ok_items, NULL)),
+                rows_failed = r.rows_failed OPERATOR(pg_catalog.+) n_failed,
+                rows_retried = r.rows_retried OPERATOR(pg_catalog.+)
+                    pg_catalog.cardinality(bad_items) OPERATOR(pg_catalog.-) n_failed,
+                prompt_tokens = r.prompt_tokens OPERATOR(pg_catalog.+)
+                    COALESCE((SELECT pg_catalog.sum(x) FROM pg_catalog.unnest(ok_ptok) AS x), 0),
+                completion_tokens = r.completion_tokens OPERATOR(pg_catalog.+)
+                    COALESCE((SELECT pg_catalog.sum(x) FROM pg_catalog.unnest(ok_ctok) AS x), 0),
+                cached_tokens = r.cached_tokens OPERATOR(pg_catalog.+)
+                    COALESCE((SELECT pg_catalog.sum(x) FROM pg_catalog.unnest(ok_cached) AS x), 0),
+                last_error = CASE WHEN pg_catalog.cardinality(bad_items) OPERATOR(pg_catalog.>) 0
+                                  THEN bad_states[pg_catalog.cardinality(bad_states)] OPERATOR(pg_catalog.||) ': '
+                                       OPERATOR(pg_catalog.||) bad_errors[pg_catalog.cardinality(bad_errors)]
+                                  ELSE r.last_error END,
+                last_error_at = CASE WHEN pg_catalog.cardinality(bad_items) OPERATOR(pg_catalog.>) 0
+                                     THEN pg_catalog.clock_timestamp() ELSE r.last_error_at END,
+                phase = 'generating',
+                updated_at = pg_catalog.clock_timestamp()
+            WHERE r.id OPERATOR(pg_catalog.=) run_id;
+            COMMIT;
+            lost := NOT @extschema@.opus_job_begin(j);
+            EXIT WHEN lost;
+            IF engine_errors OPERATOR(pg_catalog.>=) GREATEST(32, 2 OPERATOR(pg_catalog.*) j.concurrency) THEN
+                -- Every request fails in the engine: stop, leaving the rows
+                -- pending (their attempts untouched) for a later run.
+                PERFORM @extschema@.opus_cancel(x) FROM pg_catalog.unnest(req_ids) AS x;
+                UPDATE @extschema@.opus_job_run AS r SET status = 'failed', phase = 'failed',
+                    ended_at = pg_catalog.clock_timestamp(), updated_at = pg_catalog.clock_timestamp()
+                WHERE r.id OPERATOR(pg_catalog.=) run_id;
+                COMMIT;
+                RAISE EXCEPTION 'opus job "%" stopped: the engine failed % requests in a row', j.name, engine_errors
+                    USING ERRCODE = 'system_error',
+                          DETAIL = 'The last error was: ' OPERATOR(pg_catalog.||) bad_errors[pg_catalog.cardinality(bad_errors)],
+                          HINT = 'Rows stay pending; run the job again once the engine works (see opus_engine).';
+            END IF;
+            ok_items := '{}'; ok_keys := '{}'; ok_outputs := '{}'; ok_finish := '{}';
+            ok_ptok := '{}'; ok_ctok := '{}'; ok_cached := '{}';
+            bad_items := '{}'; bad_states := '{}'; bad_errors := '{}';
+            last_flush := pg_catalog.clock_timestamp();
+        END IF;
+
+        CONTINUE WHEN pg_catalog.cardinality(req_ids) OPERATOR(pg_catalog.>) 0;
+
+        -- Nothing in flight.
+        IF slots_full THEN
+            UPDATE @extschema@.opus_job_run AS r SET phase = 'waiting for a request slot',
+                updated_at = pg_catalog.clock_timestamp()
+            WHERE r.id OPERATOR(pg_catalog.=) run_id;
+            COMMIT;
+            lost := NOT @extschema@.opus_job_begin(j);
+            EXIT WHEN lost;
+            PERFORM pg_catalog.pg_sleep(0.1);
+            CONTINUE;
+        END IF;
+        EXIT WHEN max_rows IS NOT NULL AND taken OPERATOR(pg_catalog.>=) max_rows;
+        SELECT pg_catalog.min(i.next_attempt_at) INTO next_retry
+        FROM @extschema@.opus_job_item AS i
+        WHERE i.job_id OPERATOR(pg_catalog.=) j.id AND i.state OPERATOR(pg_catalog.=) 'pending';
+        IF NOT FOUND OR NOT EXISTS (SELECT FROM @extschema@.opus_job_item AS i
+                                    WHERE i.job_id OPERATOR(pg_catalog.=) j.id
+                                      AND i.state OPERATOR(pg_catalog.=) 'pending') THEN
+            EXIT;
+        END IF;
+        IF next_retry IS NOT NULL AND next_retry OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp() THEN
+            UPDATE @extschema@.opus_job_run AS r SET phase = 'waiting to retry failed rows',
+                updated_at = pg_catalog.clock_timestamp()
+            WHERE r.id OPERATOR(pg_catalog.=) run_id;
+            COMMIT;
+            lost := NOT @extschema@.opus_job_begin(j);
+            EXIT WHEN lost;
+            PERFORM pg_catalog.pg_sleep(LEAST(1.0,
+                pg_catalog.date_part('epoch', next_retry OPERATOR(pg_catalog.-) pg_catalog.clock_timestamp())));
+        END IF;
+    END LOOP;
+
+    IF lost THEN
+        -- Another run took the lock between two of our transactions (it
+        -- can only have started then): leave the rows to it.
+        PERFORM @extschema@.opus_cancel(x) FROM pg_catalog.unnest(req_ids) AS x;
+        RAISE NOTICE 'opus job "%" was taken over by another run', j.name;
+        RETURN;
+    END IF;
+    UPDATE @extschema@.opus_job_run AS r SET status = 'finished', phase = 'finished',
+        ended_at = pg_catalog.clock_timestamp(), updated_at = pg_catalog.clock_timestamp()
+    WHERE r.id OPERATOR(pg_catalog.=) run_id;
+    COMMIT;
+END
+$$;
+
+COMMENT ON PROCEDURE @extschema@.opus_job_run(text, bigint)
+IS 'process the job''s rows that are not done (at most max_rows), committing results in chunks; interrupt and rerun at will; a second concurrent run returns at once';
