@@ -486,6 +486,40 @@ $$;
 COMMENT ON FUNCTION @extschema@.opus_cluster_job_progress(text)
 IS 'a distributed job''s progress summed over the nodes';
 
+-- Every job the caller can see on every node (the nodes' row-level security
+-- applies: PL/Proxy connects as the calling role), and their sum per job.
+CREATE FUNCTION @extschema@.opus_cluster_job_list()
+RETURNS TABLE(node integer, job text, owner text, rows_total bigint, rows_done bigint,
+              rows_failed bigint, rows_pending bigint)
+LANGUAGE plproxy
+AS $$
+    CLUSTER 'opus_cluster';
+    RUN ON ALL;
+    SELECT pg_catalog.current_setting('opus_pg_proxy.node', true)::integer AS node,
+           j.name AS job, j.owner::text AS owner,
+           pg_catalog.count(i.item_id) AS rows_total,
+           pg_catalog.count(i.item_id) FILTER (WHERE i.state OPERATOR(pg_catalog.=) 'done') AS rows_done,
+           pg_catalog.count(i.item_id) FILTER (WHERE i.state OPERATOR(pg_catalog.=) 'failed') AS rows_failed,
+           pg_catalog.count(i.item_id) FILTER (WHERE i.state OPERATOR(pg_catalog.=) 'pending') AS rows_pending
+    FROM opus_job AS j LEFT JOIN opus_job_item AS i ON i.job_id OPERATOR(pg_catalog.=) j.id
+    GROUP BY j.id, j.name, j.owner;
+$$;
+
+COMMENT ON FUNCTION @extschema@.opus_cluster_job_list()
+IS 'every job the caller can see on every node, with its rows by state; one row per node and job';
+
+CREATE VIEW @extschema@.opus_cluster_progress AS
+    SELECT l.job, l.owner, pg_catalog.count(*)::integer AS nodes,
+           pg_catalog.sum(l.rows_total)::bigint AS rows_total, pg_catalog.sum(l.rows_done)::bigint AS rows_done,
+           pg_catalog.sum(l.rows_failed)::bigint AS rows_failed, pg_catalog.sum(l.rows_pending)::bigint AS rows_pending
+    FROM @extschema@.opus_cluster_job_list() AS l
+    GROUP BY l.job, l.owner;
+
+COMMENT ON VIEW @extschema@.opus_cluster_progress
+IS 'distributed jobs summed over the nodes that have them (rows not yet taken in from the source are counted after the first step)';
+
+GRANT SELECT ON @extschema@.opus_cluster_progress TO PUBLIC;
+
 -- Drive a distributed job to the end: every node steps at once; when a node
 -- cannot be reached, the others go on one by one and the missing node is
 -- retried every round until it is back or max_wait has passed.  Each row is

@@ -9,7 +9,8 @@
 #    the node that owns its key;
 #  - opus_cluster_job_create takes every argument opus_job_create takes
 #    (source_query, prompt_expression, max_attempts, retry_backoff,
-#    commit_every), and the job runs to the end on both nodes.
+#    commit_every), and the job runs to the end on both nodes; the view
+#    opus_cluster_progress sums every job over the nodes.
 use strict;
 use warnings;
 use FindBin;
@@ -120,6 +121,11 @@ for my $i (0, 1)
 $proxy->safe_psql('postgres', "CALL opus_cluster_job_run('q', step_rows => 8)");
 is($proxy->safe_psql('postgres', 'SELECT nodes, rows_total, rows_done, rows_pending FROM opus_cluster_job_progress(\'q\')'),
 	'2|30|30|0', 'the job ran to the end on both nodes');
+is($proxy->safe_psql('postgres', q{SELECT job, nodes, rows_total, rows_done, rows_pending FROM opus_cluster_progress WHERE job = 'q'}),
+	'q|2|30|30|0', 'view opus_cluster_progress: the job summed over both nodes');
+is($proxy->safe_psql('postgres', q{SELECT string_agg(node || ':' || rows_done, ',' ORDER BY node) FROM opus_cluster_job_list() WHERE job = 'q'}),
+	join(',', map { "$_:" . $nodes[$_]->safe_psql('postgres', 'SELECT count(*) FROM q_out') } (0, 1)),
+	'opus_cluster_job_list: each node\'s own rows');
 my $row = $nodes[owner('5')]->safe_psql('postgres', 'SELECT answer FROM q_out WHERE id = 5');
 is($row, $nodes[1 - owner('5')]->safe_psql('postgres', q{SELECT opus_generate('Item 5:', max_tokens => 2, temperature => 0)}),
 	'row 5 on its owner, with the text of a single node');
