@@ -565,11 +565,15 @@ update_overload(int m, TimestampTz now)
 	bool		over;
 	int			i;
 
+	mc->awaiting_first = false;
 	if (mc->fallback < 0 || mc->decl.max_ttft_ms <= 0)
 		return;
 	for (i = 0; i < OpusShared->n_slots; i++)
 		if (sent_id[i] != 0 && sent_proc[i] == p && !first_token[i])
+		{
 			oldest = Max(oldest, (double) (now - sent_at[i]) / 1000.0);
+			mc->awaiting_first = true;
+		}
 	signal = oldest;
 	if (mc->last_done != 0 && !TimestampDifferenceExceeds(mc->last_done, now, 2000))
 		signal = Max(signal, mc->ttft_ewma);
@@ -676,6 +680,7 @@ process_slots(void)
 				sent_proc[i] = p;
 				sent_at[i] = GetCurrentTimestamp();
 				first_token[i] = false;
+				mc->awaiting_first = true;	/* watch its objective */
 				cancel_sent[i] = false;
 				overflowed[i] = false;
 				SpinLockAcquire(&slot->mutex);

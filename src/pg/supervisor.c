@@ -440,8 +440,8 @@ OpusSupervisorMain(Datum arg)
 				mc->removing || mc->reload_pending ||
 				mc->prev_path[0] != '\0')
 				timeout = timeout < 0 ? 1000 : Min(timeout, 1000);
-			/* an overload ends without any frame arriving: look again */
-			if (mc->overloaded)
+			/* an overload starts or ends without any frame arriving: look again */
+			if (mc->overloaded || mc->awaiting_first)
 				timeout = timeout < 0 ? 250 : Min(timeout, 250);
 		}
 

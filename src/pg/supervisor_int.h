@@ -116,6 +116,7 @@ typedef struct ModelCtl
 	double		ttft_ewma;		/* recent time to first token (ms) */
 	TimestampTz last_done;
 	bool		overloaded;
+	bool		awaiting_first; /* holds a request that has no token yet */
 } ModelCtl;
 
 #pragma GCC visibility push(hidden)
