@@ -45,6 +45,9 @@ static const struct gcase cases[] = {
 	{"root ::= \"x\" end\nend ::= \"\" | \"y\"", {"x", "xy"}, {"y", "xyy"}},
 	{"root ::= \"(\" root \")\" | \"z\"", {"z", "(z)", "(((z)))"}, {"(z", "()", "z)"}},
 	{"root::=\"a\"\r\nb ::= \"c\"\r\n", {"a"}, {"c"}},
+	/* overlong and out-of-range UTF-8 never match */
+	{"root ::= \"\\\"\" | [\\x80-\\U0010FFFF]", {"\"", "\xc2\x80", "\xf4\x8f\xbf\xbf"},
+		{"\xc0\xa2", "\xe0\x80\xa2", "\xf0\x80\x80\xa2", "\xf4\x90\x80\x80", "\xe0", "\x80"}},
 };
 
 struct ecase
@@ -214,7 +217,7 @@ test_masks(void)
 	static const char *vocab[] = {
 		"{", "}", "\"", "a", "ab", "abc", ":", ",", "1", "12", "{\"", "\":",
 		"\xc3", "\xa9", "\xc3\xa9", " ", "x", "\"}", "", "\":1", "}}", "b",
-		"\xe2\x82", "\xac",
+		"\xe2\x82", "\xac", "\xe0", "\xf0", "\xc0",
 	};
 	int32_t		n = (int32_t) (sizeof(vocab) / sizeof(vocab[0]));
 	const uint8_t *bytes[64];

@@ -3,6 +3,7 @@
  *
  *   run     --model FILE --prompt TEXT [-n N] [--temp T] [--seed S]
  *           [--top-k K] [--top-p P] [--chat] [--threads N]
+ *           [--grammar-file FILE]  (GBNF: only tokens the grammar allows)
  *           Prints the completion (only) to stdout as it is generated;
  *           timing goes to stderr.  Greedy unless --temp > 0.  The prompt is
  *           tokenized with BOS as the model says and special-token text
@@ -47,7 +48,9 @@
 #include "text/chat.h"
 #include "cli/cli.h"
 #include "model/model.h"
+#include "runtime/constrain.h"
 #include "runtime/sampler.h"
+#include "text/grammar.h"
 #include "text/tokenizer.h"
 
 /* --device of the running command (zero: the CPU) */
@@ -265,13 +268,53 @@ argmax(const float *x, int n)
 
 /* ---- run ---- */
 
+/* Whole file into a malloc'd buffer (NUL-terminated); 0 on success. */
+static int
+read_file(const char *path, char **out, size_t *len)
+{
+	FILE	   *f = fopen(path, "rb");
+	char	   *buf = NULL;
+	size_t		n = 0,
+				cap = 0;
+
+	if (!f)
+		return -1;
+	for (;;)
+	{
+		size_t		k;
+
+		if (cap - n < 4096)
+		{
+			char	   *nb = realloc(buf, cap + 65536);
+
+			if (!nb)
+			{
+				free(buf);
+				fclose(f);
+				return -1;
+			}
+			buf = nb;
+			cap += 65536;
+		}
+		k = fread(buf + n, 1, cap - n - 1, f);
+		n += k;
+		if (k == 0)
+			break;
+	}
+	fclose(f);
+	buf[n] = 0;
+	*out = buf;
+	*len = n;
+	return 0;
+}
+
 static void
 run_usage(void)
 {
 	fprintf(stderr,
 			"usage: opus_engine run --model FILE --prompt TEXT [-n N] [--temp T] [--seed S]\n"
 			"                       [--top-k K] [--top-p P] [--chat] [--threads N]\n"
-			"                       [--kv-type f16|q8_0]\n");
+			"                       [--kv-type f16|q8_0] [--grammar-file FILE]\n");
 }
 
 int
@@ -302,6 +345,13 @@ opus_cli_run(int argc, char **argv)
 	struct opus_utf8_stream us = {0};
 	char		piece[256],
 				outb[256 + 8];
+	const char *grammar_file = NULL;
+	char	   *grammar_text = NULL;
+	size_t		grammar_len = 0;
+	opus_grammar *gram = NULL;
+	opus_grammar_state *gstate = NULL;
+	struct opus_constrain *cons = NULL;
+	uint32_t   *gmask = NULL;
 
 	opus_sampling_defaults(&sp);
 	sp.temperature = 0.0f;
@@ -344,6 +394,8 @@ opus_cli_run(int argc, char **argv)
 			ok = parse_int(v, 1, 256, &n_threads);
 		else if (strcmp(a, "--device") == 0)
 			ok = parse_device(v);
+		else if (strcmp(a, "--grammar-file") == 0)
+			grammar_file = v;
 		else
 		{
 			fprintf(stderr, "opus_engine run: unknown option \"%s\"\n", a);
@@ -370,10 +422,44 @@ opus_cli_run(int argc, char **argv)
 		return 2;
 	}
 
+	if (grammar_file)
+	{
+		struct opus_grammar_error gerr;
+
+		if (read_file(grammar_file, &grammar_text, &grammar_len) != 0)
+		{
+			fprintf(stderr, "opus_engine run: cannot read %s\n", grammar_file);
+			return 2;
+		}
+		gram = opus_grammar_compile(grammar_text, grammar_len, &gerr);
+		if (!gram)
+		{
+			fprintf(stderr, "opus_engine run: %s: %s\n", grammar_file, gerr.msg);
+			free(grammar_text);
+			return 2;
+		}
+	}
+
 	/* load once to tokenize, then size the context to the request */
 	if (open_model("run", model_path, n_threads, 1, 1, &m, &c))
+	{
+		opus_grammar_free(gram);
+		free(grammar_text);
 		return 1;
+	}
 	tok = opus_model_tokenizer(m);
+	if (gram)
+	{
+		if (opus_constrain_create(tok, &cons, &err) != OPUS_OK)
+			goto error;
+		gstate = opus_grammar_state_new(gram);
+		gmask = malloc(sizeof(uint32_t) * (size_t) opus_constrain_mask_words(cons));
+		if (!gstate || !gmask)
+		{
+			fprintf(stderr, "opus_engine run: out of memory\n");
+			goto done;
+		}
+	}
 	if (chat)
 	{
 		size_t		tlen;
@@ -437,10 +523,26 @@ opus_cli_run(int argc, char **argv)
 	t1 = now_s();
 	while (n_done < n_gen)
 	{
-		int32_t		next = opus_sampler_sample(smp, logits, toks, n_prompt + n_done);
+		int32_t		next;
 		int			n;
 		struct opus_batch_item it = {.seq = &seq,.tokens = &next,.n_tokens = 1,.logits = logits};
 
+		if (gstate)
+		{
+			opus_grammar_mask(gstate, cons->vocab, gmask);
+			if (opus_constrain_apply(cons, gstate, gmask, logits) == 0)
+			{
+				opus_error_set(&err, OPUS_ERR_INVALID_ARG,
+							   "the grammar allows no token after %d generated tokens", n_done);
+				goto error_seq;
+			}
+		}
+		next = opus_sampler_sample(smp, logits, toks, n_prompt + n_done);
+		if (gstate && !opus_constrain_accept(cons, gstate, next))
+		{
+			opus_error_set(&err, OPUS_ERR_INTERNAL, "sampled token %d is not allowed by the grammar", next);
+			goto error_seq;
+		}
 		if (opus_tokenizer_is_eog(tok, next))
 			break;
 		toks[n_prompt + n_done++] = next;
@@ -478,6 +580,11 @@ error:
 	runtime_error("run", &err);
 done:
 	opus_sampler_free(smp);
+	opus_grammar_state_free(gstate);
+	opus_grammar_free(gram);
+	opus_constrain_free(cons);
+	free(gmask);
+	free(grammar_text);
 	free(logits);
 	free(toks);
 	free(rendered);

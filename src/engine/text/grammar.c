@@ -1712,10 +1712,20 @@ advance_cp(const opus_grammar *g, struct work *w, const struct sset *in,
 /* Some stack may match a code point that begins with the partial bytes. */
 static bool
 partial_ok(const opus_grammar *g, const struct sset *in, uint32_t partial,
-		   uint8_t remain)
+		   uint8_t remain, uint8_t plen)
 {
 	uint32_t	lo = partial << (6 * remain),
 				hi = ((partial + 1) << (6 * remain)) - 1;
+	uint32_t	total = (uint32_t) plen + remain;
+	uint32_t	min = total == 2 ? 0x80 : total == 3 ? 0x800 : 0x10000;
+
+	/* no overlong forms, nothing past U+10FFFF */
+	if (lo < min)
+		lo = min;
+	if (hi > 0x10FFFF)
+		hi = 0x10FFFF;
+	if (lo > hi)
+		return false;
 
 	for (uint32_t i = 0; i < in->n; i++)
 	{
@@ -1767,11 +1777,13 @@ utf8_step(uint32_t *partial, uint8_t *remain, uint8_t *plen, uint8_t b, uint32_t
 	(*plen)++;
 	if (--*remain == 0)
 	{
+		uint32_t	min = *plen == 2 ? 0x80 : *plen == 3 ? 0x800 : 0x10000;
+
 		*cp = *partial;
 		*partial = 0;
 		*plen = 0;
-		if (*cp > 0x10FFFF)
-			return -1;
+		if (*cp > 0x10FFFF || *cp < min)
+			return -1;			/* past Unicode, or an overlong form */
 		return 1;
 	}
 	return 0;
@@ -1797,7 +1809,7 @@ opus_grammar_accept_bytes(opus_grammar_state *s, const uint8_t *bytes, size_t n)
 		if (r < 0)
 			ok = false;
 		else if (r == 0)
-			ok = partial_ok(s->g, &s->st, partial, remain);
+			ok = partial_ok(s->g, &s->st, partial, remain, plen);
 		else
 		{
 			struct sset tmp;
@@ -2334,7 +2346,7 @@ dfa_step(struct dfa *d, uint32_t id, uint8_t b)
 	res = DFA_DEAD;
 	if (r == 0)
 	{
-		if (partial_ok(d->g, &d->a, partial, remain))
+		if (partial_ok(d->g, &d->a, partial, remain, plen))
 			res = dfa_add(d, &d->a, partial, remain, plen);
 	}
 	else if (r == 1)
