@@ -24,10 +24,10 @@ lint:
 # ---------------------------------------------------------------------------
 # Engine tests, built from the objects of src/engine/engine.mk.
 #
-#   make unit     check-layers, then every test/unit/test_*.c, built with
-#                 ASan+UBSan, run
+#   make unit     check-layers and check-imports, then every
+#                 test/unit/test_*.c, built with ASan+UBSan, run
 
-.PHONY: unit check-layers
+.PHONY: unit check-layers check-imports
 build/unit/%: test/unit/%.c $(ENGINE_SAN_OBJS) test/unit/unit.h test/unit/unit_forward.h
 	@mkdir -p $(dir $@)
 	$(ENGINE_CC) $(ENGINE_CFLAGS_BASE) -iquote test/unit $(ENGINE_SAN) $< $(ENGINE_SAN_OBJS) -o $@ $(ENGINE_LIBS)
@@ -37,8 +37,14 @@ build/unit/%: test/unit/%.c $(ENGINE_SAN_OBJS) test/unit/unit.h test/unit/unit_f
 check-layers:
 	python3 test/tools/check_layers.py src/engine
 
+# No import cycle among the extension's files: which file uses which file's
+# functions and variables, read from the objects with nm; files that share
+# an internal header (supervisor_int.h, stats_int.h) count as one module.
+check-imports: $(OBJS)
+	python3 test/tools/check_imports.py src/pg $(OBJS)
+
 # Each unit test prints "N passed, N failed" and exits non-zero on failure.
-unit: check-layers $(UNIT_BINS)
+unit: check-layers check-imports $(UNIT_BINS)
 	@fail=0; for t in $(UNIT_BINS); do \
 		echo "== $$t"; \
 		OPUS_MODEL=$(abspath $(DEFAULT_MODEL)) $$t || fail=1; \

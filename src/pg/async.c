@@ -94,7 +94,7 @@ static bool callbacks_registered = false;
  * Settings
  * --------------------------------------------------------------------- */
 
-/* Called from opus_define_settings (opus_pg.c). */
+/* Called from _PG_init (opus_pg.c). */
 void
 OpusDefineAsyncSettings(void)
 {

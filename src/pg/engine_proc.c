@@ -43,32 +43,6 @@
 #define ENGINE_FD			3
 #define KV_ARENA_FD			4
 
-/*
- * Resolve opus.model: a value containing '/' is a path (relative paths are
- * relative to the data directory); anything else is the name of an
- * installed model, <sharedir>/extension/opus_pg/models/<name>[.gguf].
- * Returns false if the result does not fit.
- */
-bool
-OpusResolveModelPath(const char *setting, char *out, size_t outlen)
-{
-	char		sharedir[MAXPGPATH];
-	int			n;
-
-	if (strchr(setting, '/') != NULL)
-		n = snprintf(out, outlen, "%s", setting);
-	else
-	{
-		size_t		len = strlen(setting);
-		bool		has_ext = len > 5 && strcmp(setting + len - 5, ".gguf") == 0;
-
-		get_share_path(my_exec_path, sharedir);
-		n = snprintf(out, outlen, "%s/extension/opus_pg/models/%s%s",
-					 sharedir, setting, has_ext ? "" : ".gguf");
-	}
-	return n > 0 && (size_t) n < outlen;
-}
-
 /* The engine binary: opus.engine_path, or opus_engine next to postgres. */
 static void
 resolve_engine_path(char *out, size_t outlen)

@@ -230,25 +230,6 @@ opus_model_info(PG_FUNCTION_ARGS)
 	return (Datum) 0;
 }
 
-static const char *
-engine_state_name(OpusEngineState s)
-{
-	switch (s)
-	{
-		case OPUS_ENGINE_STOPPED:
-			return "stopped";
-		case OPUS_ENGINE_STARTING:
-			return "starting";
-		case OPUS_ENGINE_READY:
-			return "ready";
-		case OPUS_ENGINE_BACKOFF:
-			return "restarting";
-		case OPUS_ENGINE_FAILED:
-			return "failed";
-	}
-	return "unknown";
-}
-
 Datum
 opus_engine_status(PG_FUNCTION_ARGS)
 {
@@ -274,7 +255,7 @@ opus_engine_status(PG_FUNCTION_ARGS)
 
 	InitMaterializedSRF(fcinfo, 0);
 	memset(nulls, 0, sizeof(nulls));
-	values[0] = CStringGetTextDatum(snap.state == OPUS_ENGINE_READY && snap.unresponsive ? "unresponsive" : engine_state_name(snap.state));
+	values[0] = CStringGetTextDatum(OpusEngineStateName(snap.state, snap.unresponsive));
 	values[1] = Int32GetDatum(snap.supervisor_pid);
 	nulls[1] = snap.supervisor_pid == 0;
 	values[2] = Int32GetDatum(snap.engine_pid);

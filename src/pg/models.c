@@ -735,3 +735,29 @@ opus_model_rollback(PG_FUNCTION_ARGS)
 	OpusWakeSupervisor();
 	PG_RETURN_VOID();
 }
+
+/*
+ * Resolve opus.model: a value containing '/' is a path (relative paths are
+ * relative to the data directory); anything else is the name of an
+ * installed model, <sharedir>/extension/opus_pg/models/<name>[.gguf].
+ * Returns false if the result does not fit.
+ */
+bool
+OpusResolveModelPath(const char *setting, char *out, size_t outlen)
+{
+	char		sharedir[MAXPGPATH];
+	int			n;
+
+	if (strchr(setting, '/') != NULL)
+		n = snprintf(out, outlen, "%s", setting);
+	else
+	{
+		size_t		len = strlen(setting);
+		bool		has_ext = len > 5 && strcmp(setting + len - 5, ".gguf") == 0;
+
+		get_share_path(my_exec_path, sharedir);
+		n = snprintf(out, outlen, "%s/extension/opus_pg/models/%s%s",
+					 sharedir, setting, has_ext ? "" : ".gguf");
+	}
+	return n > 0 && (size_t) n < outlen;
+}

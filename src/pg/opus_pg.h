@@ -20,7 +20,7 @@
 
 #include "protocol.h"
 
-/* ---- settings (opus_pg.c) ---- */
+/* ---- settings (settings.c) ---- */
 
 extern char *opus_model;
 extern char *opus_device;
@@ -38,7 +38,7 @@ extern int	opus_max_batch_tokens;
 extern int	opus_step_latency_target_ms;
 extern int	opus_admission_starvation_ms;
 extern int	opus_engine_liveness_timeout_ms;
-extern char *opus_priority;
+extern char *opus_priority;	/* opus.priority (tenants.c) */
 extern int	opus_priority_value;	/* opus.priority as a class number */
 extern char *opus_models;		/* opus.models: the named models (models.c) */
 extern int	opus_model_warmup_timeout_ms;
@@ -48,14 +48,18 @@ extern int	opus_memory_budget_mb;
 #define OPUS_PRIORITY_INTERACTIVE	0
 #define OPUS_PRIORITY_BATCH			10
 
-/* Parse "interactive", "batch" or 0..OPUS_PROTO_MAX_PRIORITY; false if invalid. */
+/* Parse "interactive", "batch" or 0..OPUS_PROTO_MAX_PRIORITY; false if invalid (tenants.c). */
 extern bool OpusParsePriority(const char *v, int *out);
 
-/* True when loaded through shared_preload_libraries (shared memory exists). */
+/* The core settings above (settings.c). */
+extern void OpusDefineSettings(void);
+
+/* True when loaded through shared_preload_libraries (shared memory exists; shmem.c). */
 extern bool opus_pg_preloaded;
 
-/* Raise 55000 unless preloaded and attached to shared memory. */
+/* Raise 55000 unless preloaded and attached to shared memory (shmem.c). */
 extern void OpusCheckPreloaded(void);
+/* Raise 55000 if the installed SQL is another version (version.c). */
 extern void OpusCheckSqlVersion(void);
 
 #ifndef OPUS_PG_VERSION
@@ -227,6 +231,10 @@ extern void OpusShmemInit(void);
 extern OpusSlot *OpusGetSlot(int index);
 extern char *OpusSlotBuf(OpusSlot *slot);
 extern int	OpusSlotIndexFromId(uint64 request_id);
+/* Ids of requests handed to an engine and not ended (palloc'd array). */
+extern uint64 *OpusLiveRequestIds(int *n);
+/* An engine state as the views show it ("ready", "restarting", ...). */
+extern const char *OpusEngineStateName(OpusEngineState st, bool unresponsive);
 extern void OpusWakeSupervisor(void);
 
 /* Model entry i (0 = the default model). */
@@ -257,12 +265,12 @@ extern bool OpusParseModels(const char *value, OpusModelDecl *out, int *n_out,
 							char *err, size_t errlen);
 extern void OpusDefineModelSettings(bool preloading);
 extern int	OpusLookupModel(const char *name, uint32 *epoch, char *display, size_t displen);
+extern bool OpusResolveModelPath(const char *setting, char *out, size_t outlen);
 
 /* ---- supervisor (supervisor.c) ---- */
 
 extern PGDLLEXPORT void OpusSupervisorMain(Datum arg);
 extern void OpusRegisterSupervisor(void);
-extern bool OpusResolveModelPath(const char *setting, char *out, size_t outlen);
 
 /* ---- requests (request.c) ---- */
 

@@ -75,6 +75,7 @@ typedef enum OpusReqStatus
 	OPUS_REQ_INTERRUPTED		/* the server or logger restarted meanwhile */
 } OpusReqStatus;
 
+/* The status as the request log shows it (reqlog.c). */
 extern const char *OpusReqStatusName(OpusReqStatus st);
 
 /* Slot i's request (SUBMITTED, payload in the slot buffer) goes to the engine. */
@@ -124,8 +125,5 @@ extern void OpusLogWake(void);
 
 extern void OpusRegisterLogger(void);
 extern PGDLLEXPORT void OpusLoggerMain(Datum arg);
-
-/* Live request ids (for the logger's start-up sweep): palloc'd array. */
-extern uint64 *OpusStatsLiveRequestIds(int *n);
 
 #endif							/* OPUS_STATS_H */

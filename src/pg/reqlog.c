@@ -547,7 +547,7 @@ sweep_interrupted(void)
 	table = log_table();
 	if (table == NULL)
 		return;
-	live = OpusStatsLiveRequestIds(&n_live);
+	live = OpusLiveRequestIds(&n_live);
 	elems = palloc(sizeof(Datum) * Max(n_live, 1));
 	for (i = 0; i < n_live; i++)
 		elems[i] = Int64GetDatum((int64) live[i]);
@@ -719,4 +719,25 @@ OpusLoggerMain(Datum arg)
 		CHECK_FOR_INTERRUPTS();
 	}
 	proc_exit(0);
+}
+
+const char *
+OpusReqStatusName(OpusReqStatus st)
+{
+	switch (st)
+	{
+		case OPUS_REQ_RUNNING:
+			return "running";
+		case OPUS_REQ_COMPLETED:
+			return "completed";
+		case OPUS_REQ_ERROR:
+			return "error";
+		case OPUS_REQ_CANCELLED:
+			return "cancelled";
+		case OPUS_REQ_FAILED:
+			return "failed";
+		case OPUS_REQ_INTERRUPTED:
+			return "interrupted";
+	}
+	return "unknown";
 }

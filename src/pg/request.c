@@ -3,7 +3,7 @@
  * in, wake the supervisor, sleep on the slot's condition variable, copy the
  * result out, free the slot.
  *
- * Arguments are validated by the caller (functions.c) before anything is
+ * Arguments are validated by the caller (input.c, args.c) before anything is
  * queued.  While the request is out, a PG_ENSURE_ERROR_CLEANUP callback
  * covers every way the wait can end early (statement_timeout,
  * pg_cancel_backend, pg_terminate_backend, opus.request_timeout, any

@@ -159,3 +159,72 @@ OpusWakeSupervisor(void)
 	if (procno >= 0)
 		SetLatch(&ProcGlobal->allProcs[procno].procLatch);
 }
+
+/* True when loaded through shared_preload_libraries (set by _PG_init). */
+bool		opus_pg_preloaded = false;
+
+/*
+ * Every SQL function's first check: raise 55000 unless the library was
+ * preloaded and this backend is attached to the shared state above, or if
+ * the installed SQL is another version than the library's (version.c).
+ */
+void
+OpusCheckPreloaded(void)
+{
+	if (!opus_pg_preloaded || OpusShared == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("opus_pg is not loaded through shared_preload_libraries"),
+				 errdetail("The inference engine is supervised by a background worker that only a preloaded library can start."),
+				 errhint("Add opus_pg to shared_preload_libraries and restart the server.")));
+	OpusCheckSqlVersion();
+}
+
+/* Ids of requests the supervisor has handed to the engine and not ended. */
+uint64 *
+OpusLiveRequestIds(int *n)
+{
+	uint64	   *ids = palloc(sizeof(uint64) * Max(OpusShared->n_slots, 1));
+	int			k = 0;
+	int			i;
+
+	for (i = 0; i < OpusShared->n_slots; i++)
+	{
+		OpusSlot   *slot = OpusGetSlot(i);
+		OpusSlotState st;
+		uint64		id;
+
+		SpinLockAcquire(&slot->mutex);
+		st = slot->state;
+		id = slot->request_id;
+		SpinLockRelease(&slot->mutex);
+		if (st == OPUS_SLOT_SUBMITTED || st == OPUS_SLOT_RUNNING ||
+			st == OPUS_SLOT_CANCELLED)
+			ids[k++] = id;
+	}
+	*n = k;
+	return ids;
+}
+
+/*
+ * An engine state as the views show it; a READY engine that stopped
+ * answering (opus.engine_liveness_timeout) is "unresponsive".
+ */
+const char *
+OpusEngineStateName(OpusEngineState st, bool unresponsive)
+{
+	switch (st)
+	{
+		case OPUS_ENGINE_STOPPED:
+			return "stopped";
+		case OPUS_ENGINE_STARTING:
+			return "starting";
+		case OPUS_ENGINE_READY:
+			return unresponsive ? "unresponsive" : "ready";
+		case OPUS_ENGINE_BACKOFF:
+			return "restarting";
+		case OPUS_ENGINE_FAILED:
+			return "failed";
+	}
+	return "unknown";
+}

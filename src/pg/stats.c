@@ -151,27 +151,6 @@ OpusStatsShmemInit(void)
 	OpusLogShmemInit();
 }
 
-const char *
-OpusReqStatusName(OpusReqStatus st)
-{
-	switch (st)
-	{
-		case OPUS_REQ_RUNNING:
-			return "running";
-		case OPUS_REQ_COMPLETED:
-			return "completed";
-		case OPUS_REQ_ERROR:
-			return "error";
-		case OPUS_REQ_CANCELLED:
-			return "cancelled";
-		case OPUS_REQ_FAILED:
-			return "failed";
-		case OPUS_REQ_INTERRUPTED:
-			return "interrupted";
-	}
-	return "unknown";
-}
-
 static bool
 is_generation(uint8 kind)
 {
@@ -868,30 +847,4 @@ OpusStatsRequestCancelled(int i)
 {
 	ensure_track();
 	end_without_usage(i, OPUS_REQ_CANCELLED, NULL);
-}
-
-/* Ids of requests the supervisor has handed to the engine and not ended. */
-uint64 *
-OpusStatsLiveRequestIds(int *n)
-{
-	uint64	   *ids = palloc(sizeof(uint64) * Max(OpusStats->n_slots, 1));
-	int			k = 0;
-	int			i;
-
-	for (i = 0; i < OpusStats->n_slots; i++)
-	{
-		OpusSlot   *slot = OpusGetSlot(i);
-		OpusSlotState st;
-		uint64		id;
-
-		SpinLockAcquire(&slot->mutex);
-		st = slot->state;
-		id = slot->request_id;
-		SpinLockRelease(&slot->mutex);
-		if (st == OPUS_SLOT_SUBMITTED || st == OPUS_SLOT_RUNNING ||
-			st == OPUS_SLOT_CANCELLED)
-			ids[k++] = id;
-	}
-	*n = k;
-	return ids;
 }

@@ -261,25 +261,6 @@ opus_stat_activity_v1(PG_FUNCTION_ARGS)
  * pg_stat_opus_engine
  * --------------------------------------------------------------------- */
 
-static const char *
-engine_state_name(OpusEngineState st)
-{
-	switch (st)
-	{
-		case OPUS_ENGINE_STOPPED:
-			return "stopped";
-		case OPUS_ENGINE_STARTING:
-			return "starting";
-		case OPUS_ENGINE_READY:
-			return "ready";
-		case OPUS_ENGINE_BACKOFF:
-			return "restarting";
-		case OPUS_ENGINE_FAILED:
-			return "failed";
-	}
-	return "unknown";
-}
-
 /* Resident set size of a process in bytes, or -1. */
 static int64
 process_rss(int pid)
@@ -405,7 +386,7 @@ opus_stat_engine_v1(PG_FUNCTION_ARGS)
 #define PUT_OR_NULL(cond, datum) \
 	do { if (cond) values[k++] = (datum); else nulls[k++] = true; } while (0)
 	PUT_OR_NULL(e.engine_pid > 0, Int32GetDatum(e.engine_pid));
-	values[k++] = CStringGetTextDatum(e.state == OPUS_ENGINE_READY && e.unresponsive ? "unresponsive" : engine_state_name(e.state));
+	values[k++] = CStringGetTextDatum(OpusEngineStateName(e.state, e.unresponsive));
 	PUT_OR_NULL(s->model[0] != '\0', CStringGetTextDatum(s->model));
 	PUT_OR_NULL(s->device[0] != '\0', CStringGetTextDatum(s->device));
 	PUT_OR_NULL(s->threads > 0, Int32GetDatum(s->threads));

@@ -73,6 +73,8 @@
 
 char	   *opus_priority_ceiling = NULL;
 int			opus_priority_ceiling_value = 0;
+char	   *opus_priority = NULL;
+int			opus_priority_value = 0;	/* opus.priority as a class number */
 char	   *opus_cache_scope = NULL;
 int			opus_role_weight = 1;
 int			opus_role_max_requests = 0;
@@ -105,6 +107,77 @@ typedef struct OpusTenantShared
 static OpusTenantShared *OpusTenants = NULL;
 
 /* ---- setting hooks ---- */
+
+/*
+ * opus.priority: "interactive" (0), "batch" (10) or an integer class 0..1000;
+ * smaller classes are scheduled first.
+ */
+bool
+OpusParsePriority(const char *v, int *out)
+{
+	long		n;
+
+	if (pg_strcasecmp(v, "interactive") == 0)
+		n = OPUS_PRIORITY_INTERACTIVE;
+	else if (pg_strcasecmp(v, "batch") == 0)
+		n = OPUS_PRIORITY_BATCH;
+	else
+	{
+		char	   *end;
+
+		errno = 0;
+		n = strtol(v, &end, 10);
+		if (v[0] == '\0' || *end != '\0' || errno != 0 || n < 0 || n > OPUS_PROTO_MAX_PRIORITY)
+			return false;
+	}
+	*out = (int) n;
+	return true;
+}
+
+/*
+ * A SET (or set_config, or a function's SET clause) may not ask for a class
+ * before the role's ceiling (opus.priority_ceiling); requests are clamped to
+ * the ceiling anyway, whatever the setting's source.
+ */
+static bool
+check_opus_priority(char **newval, void **extra, GucSource source)
+{
+	int			n;
+	int		   *out;
+
+	if (!OpusParsePriority(*newval, &n))
+	{
+		GUC_check_errdetail("opus.priority must be \"interactive\", \"batch\" or an integer from 0 (first) to %d.",
+							OPUS_PROTO_MAX_PRIORITY);
+		return false;
+	}
+	if (source == PGC_S_SESSION && IsTransactionState() && !superuser())
+	{
+		int			ceiling = OpusTenantCeiling();
+
+		if (n < ceiling)
+		{
+			GUC_check_errcode(ERRCODE_INSUFFICIENT_PRIVILEGE);
+			GUC_check_errmsg("opus.priority %d is above this role's ceiling", n);
+			GUC_check_errdetail("opus.priority_ceiling is %d for this role: a smaller class number is not allowed.",
+								ceiling);
+			return false;
+		}
+	}
+	out = malloc(sizeof(int));
+	if (!out)
+		return false;
+	*out = n;
+	*extra = out;
+	return true;
+}
+
+static void
+assign_opus_priority(const char *newval, void *extra)
+{
+	opus_priority_value = *(int *) extra;
+}
+
 
 static bool
 check_priority_ceiling(char **newval, void **extra, GucSource source)
@@ -160,6 +233,15 @@ check_cache_scope(char **newval, void **extra, GucSource source)
 void
 OpusDefineTenantSettings(void)
 {
+	DefineCustomStringVariable("opus.priority",
+							   "Scheduling class of this session's requests: interactive, batch or 0..1000.",
+							   "Smaller classes go first (interactive = 0, batch = 10); a waiting request "
+							   "moves up one class every 2 seconds, so every class progresses.",
+							   &opus_priority,
+							   "interactive",
+							   PGC_USERSET,
+							   0,
+							   check_opus_priority, assign_opus_priority, NULL);
 	DefineCustomStringVariable("opus.priority_ceiling",
 							   "The best scheduling class this role's requests get: interactive, batch or 0..1000.",
 							   "opus.priority may ask for a later class, never an earlier one; aging stops here.",
