@@ -55,10 +55,18 @@ unit: check-layers check-imports $(UNIT_BINS)
 build/test_golden_logits: test/unit/test_golden_logits.c $(ENGINE_OBJS) test/unit/unit.h
 	$(ENGINE_CC) $(ENGINE_CFLAGS_BASE) -iquote test/unit $(ENGINE_OPT) $< $(ENGINE_OBJS) -o $@ $(ENGINE_LIBS)
 
-.PHONY: golden
-golden: build/test_golden_logits build/opus_engine $(DEFAULT_MODEL)
+# The BERT encoder against llama.cpp's embeddings (test/golden/embed), every
+# golden text; make unit checks a sixth of them under ASan.
+build/test_bert: test/unit/test_bert.c $(ENGINE_OBJS) test/unit/unit.h
+	$(ENGINE_CC) $(ENGINE_CFLAGS_BASE) -iquote test/unit $(ENGINE_OPT) $< $(ENGINE_OBJS) -o $@ $(ENGINE_LIBS)
+
+.PHONY: golden golden-embed
+golden: build/test_golden_logits build/opus_engine $(DEFAULT_MODEL) golden-embed
 	test/tools/make_model_variants.sh
 	OPUS_MODEL=$(abspath $(DEFAULT_MODEL)) OPUS_GOLDEN_TYPES=all build/test_golden_logits
+
+golden-embed: build/test_bert $(MINILM_MODEL)
+	OPUS_MINILM=$(abspath $(MINILM_MODEL)) OPUS_EMBED_GOLDEN_ALL=1 build/test_bert
 
 # ---------------------------------------------------------------------------
 # Fuzzing (test/fuzz/README).

@@ -58,6 +58,26 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	hp = opus_model_hparams(m);
 	if (hp == NULL || hp->n_vocab <= 0 || opus_model_tokenizer(m) == NULL)
 		abort();
+	if (hp->is_encoder)
+	{
+		/* an embedding model: encode 4 tokens (model_bert.c) */
+		struct opus_encoder *e = NULL;
+		float	   *v = malloc(sizeof(float) * (size_t) hp->n_embd);
+
+		for (int i = 0; i < 4; i++)
+			toks[i] = (int32_t) (data[size - 1 - (size_t) i % size] % (uint32_t) hp->n_vocab);
+		if (v && hp->n_ctx_train <= 4096 &&
+			opus_encoder_create(m, 1, 16, &e, &err) == OPUS_OK)
+		{
+			struct opus_embed_item it = {toks, hp->n_ctx_train < 4 ? hp->n_ctx_train : 4, v};
+
+			if (opus_encode(e, &it, 1, true, &err) == OPUS_OK)
+				sink += v[0];
+		}
+		opus_encoder_free(e);
+		free(v);
+		goto out;
+	}
 	if (opus_ctx_create(m, &cp, &c, &err) != OPUS_OK)
 		goto out;
 	logits = malloc(sizeof(float) * (size_t) hp->n_vocab);

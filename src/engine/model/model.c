@@ -27,6 +27,7 @@ static const char *const arch_names[OPUS_ARCH__COUNT] = {
 	[OPUS_ARCH_QWEN3MOE] = "qwen3moe",
 	[OPUS_ARCH_OLMOE] = "olmoe",
 	[OPUS_ARCH_GEMMA3] = "gemma3",
+	[OPUS_ARCH_BERT] = "bert",
 };
 
 /* ---- metadata helpers ---- */
@@ -88,8 +89,8 @@ get_hp_float(const struct opus_gguf *g, const char *arch, const char *suffix,
  * Find a 2-D weight matrix [n_out][n_in] (ggml ne = {n_in, n_out}) whose type
  * has dot-product kernels.  Absent and !required: *w zeroed, OPUS_OK.
  */
-static enum opus_status
-find_matrix(const struct opus_gguf *g, const char *name, int64_t n_in,
+enum opus_status
+opus_find_matrix(const struct opus_gguf *g, const char *name, int64_t n_in,
 			int64_t n_out, bool required, struct opus_wmat *w,
 			struct opus_error *err)
 {
@@ -138,8 +139,8 @@ find_matrix(const struct opus_gguf *g, const char *name, int64_t n_in,
  * Find a 1-D vector of n elements, convert it to f32 into dst.
  * Absent and !required: returns OPUS_OK with *found false.
  */
-static enum opus_status
-load_vector(const struct opus_gguf *g, const char *name, int64_t n,
+enum opus_status
+opus_load_vector(const struct opus_gguf *g, const char *name, int64_t n,
 			bool required, float *dst, bool *found, struct opus_error *err)
 {
 	const struct opus_gguf_tensor *t = opus_gguf_find_tensor(g, name);
@@ -275,7 +276,12 @@ read_hparams(const struct opus_gguf *g, const char *path,
 							  "rope dimension count %d invalid for head size %d",
 							  hp->rope_dim, hp->head_dim);
 
-	if ((st = get_hp_float(g, a, "attention.layer_norm_rms_epsilon", 1e-5f,
+	if (hp->arch == OPUS_ARCH_BERT)
+	{
+		if ((st = opus_bert_read_hparams(g, hp, err)) != OPUS_OK)
+			return st;
+	}
+	else if ((st = get_hp_float(g, a, "attention.layer_norm_rms_epsilon", 1e-5f,
 						   NULL, &hp->norm_eps, err)) ||
 		(st = get_hp_float(g, a, "rope.freq_base", 10000.0f, NULL,
 						   &hp->rope_freq_base, err)))
@@ -398,16 +404,22 @@ opus_model_load(const char *path, const struct opus_load_params *params,
 		}
 		hp->n_vocab = (int32_t) t->ne[1];
 	}
-	if ((st = find_matrix(g, "token_embd.weight", hp->n_embd, hp->n_vocab,
+	if ((st = opus_find_matrix(g, "token_embd.weight", hp->n_embd, hp->n_vocab,
 						  true, &m->tok_embd, err)) != OPUS_OK)
 		goto fail;
-	if ((st = find_matrix(g, "output.weight", hp->n_embd, hp->n_vocab,
+	if ((st = opus_find_matrix(g, "output.weight", hp->n_embd, hp->n_vocab,
 						  false, &m->output, err)) != OPUS_OK)
 		goto fail;
 	if (!m->output.data)
 	{
 		m->output = m->tok_embd;
 		hp->tied_embeddings = true;
+	}
+	if (hp->is_encoder)
+	{
+		if ((st = opus_bert_load(m, err)) != OPUS_OK)
+			goto fail;
+		goto loaded;
 	}
 
 	/* f32 vectors: output_norm, rope_freqs, 2 norms + 3 biases + q/k norms per layer */
@@ -423,10 +435,10 @@ opus_model_load(const char *path, const struct opus_load_params *params,
 	fp = m->owned;
 	m->output_norm = fp;
 	fp += hp->n_embd;
-	if ((st = load_vector(g, "output_norm.weight", hp->n_embd, true,
+	if ((st = opus_load_vector(g, "output_norm.weight", hp->n_embd, true,
 						  m->output_norm, &found, err)) != OPUS_OK)
 		goto fail;
-	if ((st = load_vector(g, "rope_freqs.weight", hp->rope_dim / 2, false,
+	if ((st = opus_load_vector(g, "rope_freqs.weight", hp->rope_dim / 2, false,
 						  fp, &found, err)) != OPUS_OK)
 		goto fail;
 	if (found)
@@ -460,23 +472,23 @@ opus_model_load(const char *path, const struct opus_load_params *params,
 		fp += hp->n_embd;
 		L->ffn_norm = fp;
 		fp += hp->n_embd;
-		if ((st = load_vector(g, TN("attn_norm.weight"), hp->n_embd, true,
+		if ((st = opus_load_vector(g, TN("attn_norm.weight"), hp->n_embd, true,
 							  L->attn_norm, &found, err)) ||
-			(st = load_vector(g, TN("ffn_norm.weight"), hp->n_embd, true,
+			(st = opus_load_vector(g, TN("ffn_norm.weight"), hp->n_embd, true,
 							  L->ffn_norm, &found, err)) ||
-			(st = find_matrix(g, TN("attn_q.weight"), hp->n_embd, q_dim, true, &L->wq, err)) ||
-			(st = find_matrix(g, TN("attn_k.weight"), hp->n_embd, kv_dim, true, &L->wk, err)) ||
-			(st = find_matrix(g, TN("attn_v.weight"), hp->n_embd, kv_dim, true, &L->wv, err)) ||
-			(st = find_matrix(g, TN("attn_output.weight"), q_dim, hp->n_embd, true, &L->wo, err)))
+			(st = opus_find_matrix(g, TN("attn_q.weight"), hp->n_embd, q_dim, true, &L->wq, err)) ||
+			(st = opus_find_matrix(g, TN("attn_k.weight"), hp->n_embd, kv_dim, true, &L->wk, err)) ||
+			(st = opus_find_matrix(g, TN("attn_v.weight"), hp->n_embd, kv_dim, true, &L->wv, err)) ||
+			(st = opus_find_matrix(g, TN("attn_output.weight"), q_dim, hp->n_embd, true, &L->wo, err)))
 			goto fail;
 		/* gemma3: norms on the outputs of attention and feed-forward */
 		L->attn_post_norm = fp;
 		fp += hp->n_embd;
 		L->ffn_post_norm = fp;
 		fp += hp->n_embd;
-		if ((st = load_vector(g, TN("post_attention_norm.weight"), hp->n_embd, gemma,
+		if ((st = opus_load_vector(g, TN("post_attention_norm.weight"), hp->n_embd, gemma,
 							  L->attn_post_norm, &found, err)) ||
-			(st = load_vector(g, TN("post_ffw_norm.weight"), hp->n_embd, gemma,
+			(st = opus_load_vector(g, TN("post_ffw_norm.weight"), hp->n_embd, gemma,
 							  L->ffn_post_norm, &found, err)))
 			goto fail;
 		if (!gemma)
@@ -484,17 +496,17 @@ opus_model_load(const char *path, const struct opus_load_params *params,
 		L->swa = hp->n_swa > 0 && il % hp->swa_pattern < hp->swa_pattern - 1;
 		if (hp->n_expert == 0)
 		{
-			if ((st = find_matrix(g, TN("ffn_gate.weight"), hp->n_embd, hp->n_ff, true, &L->w_gate, err)) ||
-				(st = find_matrix(g, TN("ffn_up.weight"), hp->n_embd, hp->n_ff, true, &L->w_up, err)) ||
-				(st = find_matrix(g, TN("ffn_down.weight"), hp->n_ff, hp->n_embd, true, &L->w_down, err)))
+			if ((st = opus_find_matrix(g, TN("ffn_gate.weight"), hp->n_embd, hp->n_ff, true, &L->w_gate, err)) ||
+				(st = opus_find_matrix(g, TN("ffn_up.weight"), hp->n_embd, hp->n_ff, true, &L->w_up, err)) ||
+				(st = opus_find_matrix(g, TN("ffn_down.weight"), hp->n_ff, hp->n_embd, true, &L->w_down, err)))
 				goto fail;
 		}
 		else
 		{
 			/* router, the qwen2moe shared expert's gate, the experts */
-			if ((st = find_matrix(g, TN("ffn_gate_inp.weight"), hp->n_embd, hp->n_expert, true,
+			if ((st = opus_find_matrix(g, TN("ffn_gate_inp.weight"), hp->n_embd, hp->n_expert, true,
 								  &L->router, err)) ||
-				(st = find_matrix(g, TN("ffn_gate_inp_shexp.weight"), hp->n_embd, 1,
+				(st = opus_find_matrix(g, TN("ffn_gate_inp_shexp.weight"), hp->n_embd, 1,
 								  hp->arch == OPUS_ARCH_QWEN2MOE, &L->shexp_gate, err)))
 				goto fail;
 			if ((st = opus_moe_load_layer(g, hp, il, &L->moe, err)) != OPUS_OK)
@@ -503,30 +515,30 @@ opus_model_load(const char *path, const struct opus_load_params *params,
 		}
 		/* q/k norms: per head (qwen3moe) or over the whole projection (olmoe) */
 		L->attn_q_norm = fp;
-		if ((st = load_vector(g, TN("attn_q_norm.weight"), qn, qk_norm, fp, &found, err)))
+		if ((st = opus_load_vector(g, TN("attn_q_norm.weight"), qn, qk_norm, fp, &found, err)))
 			goto fail;
 		L->attn_q_norm = qk_norm ? fp : NULL;
 		fp += q_dim;
 		L->attn_k_norm = fp;
-		if ((st = load_vector(g, TN("attn_k_norm.weight"), kn, qk_norm, fp, &found, err)))
+		if ((st = opus_load_vector(g, TN("attn_k_norm.weight"), kn, qk_norm, fp, &found, err)))
 			goto fail;
 		L->attn_k_norm = qk_norm ? fp : NULL;
 		fp += kv_dim;
 		/* biases: required for qwen2, used if present for llama */
 		L->bq = fp;
-		if ((st = load_vector(g, TN("attn_q.bias"), q_dim, bias, fp, &found, err)))
+		if ((st = opus_load_vector(g, TN("attn_q.bias"), q_dim, bias, fp, &found, err)))
 			goto fail;
 		if (!found)
 			L->bq = NULL;
 		fp += q_dim;
 		L->bk = fp;
-		if ((st = load_vector(g, TN("attn_k.bias"), kv_dim, bias, fp, &found, err)))
+		if ((st = opus_load_vector(g, TN("attn_k.bias"), kv_dim, bias, fp, &found, err)))
 			goto fail;
 		if (!found)
 			L->bk = NULL;
 		fp += kv_dim;
 		L->bv = fp;
-		if ((st = load_vector(g, TN("attn_v.bias"), kv_dim, bias, fp, &found, err)))
+		if ((st = opus_load_vector(g, TN("attn_v.bias"), kv_dim, bias, fp, &found, err)))
 			goto fail;
 		if (!found)
 			L->bv = NULL;
@@ -534,6 +546,7 @@ opus_model_load(const char *path, const struct opus_load_params *params,
 #undef TN
 	}
 
+loaded:
 	/* parameter count and the dominant weight type */
 	for (int64_t i = 0; i < opus_gguf_n_tensors(g); i++)
 	{
@@ -606,6 +619,7 @@ opus_model_free(struct opus_model *m)
 	for (int il = 0; m->layers && il < m->hp.n_layer; il++)
 		if (m->layers[il].is_moe)
 			opus_moe_unload_layer(&m->layers[il].moe);
+	opus_bert_free(m->bert);
 	free(m->layers);
 	free(m->owned);
 	free(m);
@@ -687,6 +701,10 @@ opus_ctx_create(struct opus_model *m, const struct opus_ctx_params *p,
 		return opus_error_set(err, OPUS_ERR_INVALID_ARG,
 							  "kv block count %lld out of range", (long long) p->n_blocks);
 
+	if (m->hp.is_encoder)
+		return opus_error_set(err, OPUS_ERR_UNSUPPORTED,
+							  "\"%s\" is an embedding model: it encodes (opus_encode), it does not generate",
+							  m->hp.name);
 	c = calloc(1, sizeof(*c));
 	if (!c)
 		return opus_error_set(err, OPUS_ERR_NOMEM, "out of memory creating context");

@@ -39,6 +39,8 @@ enum opus_arch
 	OPUS_ARCH_OLMOE,			/* NeoX RoPE, whole-row q/k norms, experts */
 	OPUS_ARCH_GEMMA3,			/* NeoX RoPE, per-head q/k norms, post norms, GeGLU,
 								 * sliding-window layers, scaled embeddings */
+	OPUS_ARCH_BERT,				/* encoder: learned positions, post-LayerNorm, GELU,
+								 * bidirectional attention, pooled (model_bert.c) */
 	OPUS_ARCH__COUNT
 };
 
@@ -77,6 +79,18 @@ struct opus_hparams
 	float		rope_freq_base_swa; /* RoPE base of the local layers */
 	float		attn_scale;		/* query scale (0: 1 / sqrt(head_dim)) */
 	float		embd_scale;		/* token embeddings multiplied by this (0: 1) */
+	/* encoders (bert): an embedding model, no KV cache, no logits */
+	bool		is_encoder;
+	int32_t		pooling;		/* enum opus_pooling, <arch>.pooling_type */
+};
+
+/* llama.cpp's pooling types (<arch>.pooling_type); NONE and RANK are refused. */
+enum opus_pooling
+{
+	OPUS_POOLING_NONE = 0,
+	OPUS_POOLING_MEAN = 1,
+	OPUS_POOLING_CLS = 2,
+	OPUS_POOLING_LAST = 3,
 };
 
 struct opus_model;
@@ -265,5 +279,41 @@ struct opus_moe_io_stats
 
 /* All zero for a dense model. */
 void		opus_ctx_moe_io_stats(const struct opus_ctx *c, struct opus_moe_io_stats *out);
+
+/* ---- encoders: sentence embeddings (model_bert.c) ---- */
+
+/*
+ * An encoder model (hparams is_encoder) runs here, never through opus_ctx
+ * (opus_ctx_create refuses it): each input is encoded whole, with no KV
+ * cache, and pooled into one vector of n_embd floats as the file's pooling
+ * type says (mean, first token, last token), L2-normalised on request.
+ * Many inputs go through one forward pass: their tokens are packed into
+ * one activation matrix, attention runs per input over its own tokens only.
+ * A vector depends only on its input's tokens: never on the other inputs
+ * of the call, how they were packed, or the thread count (bit-identical).
+ */
+struct opus_encoder;
+
+/* max_batch_tokens: tokens per forward pass (raised to the model's context). */
+enum opus_status opus_encoder_create(const struct opus_model *m, int n_threads,
+									 int max_batch_tokens,
+									 struct opus_encoder **out,
+									 struct opus_error *err);
+void		opus_encoder_free(struct opus_encoder *e);
+
+struct opus_embed_item
+{
+	const int32_t *tokens;		/* with the model's [CLS] ... [SEP] */
+	int32_t		n_tokens;		/* 1 .. the model's context length */
+	float	   *out;			/* n_embd floats */
+};
+
+/*
+ * Encode every item; OPUS_ERR_INVALID_ARG (nothing written) for an empty
+ * input, one longer than the context or a token id out of the vocabulary.
+ */
+enum opus_status opus_encode(struct opus_encoder *e,
+							 const struct opus_embed_item *items, int n_items,
+							 bool normalize, struct opus_error *err);
 
 #endif							/* OPUS_MODEL_H */

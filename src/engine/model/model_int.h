@@ -64,7 +64,23 @@ struct opus_model
 	struct opus_layer *layers;	/* [n_layer] */
 
 	float	   *owned;			/* one allocation for every f32 vector above */
+	struct opus_bert *bert;		/* encoder weights (model_bert.c), else NULL */
 };
+
+/* model.c's tensor lookups, shared with the other loaders */
+enum opus_status opus_find_matrix(const struct opus_gguf *g, const char *name,
+								  int64_t n_in, int64_t n_out, bool required,
+								  struct opus_wmat *w, struct opus_error *err);
+enum opus_status opus_load_vector(const struct opus_gguf *g, const char *name,
+								  int64_t n, bool required, float *dst,
+								  bool *found, struct opus_error *err);
+
+/* model_bert.c: the encoder's hyperparameters and weights */
+enum opus_status opus_bert_read_hparams(const struct opus_gguf *g,
+										struct opus_hparams *hp,
+										struct opus_error *err);
+enum opus_status opus_bert_load(struct opus_model *m, struct opus_error *err);
+void		opus_bert_free(struct opus_bert *b);
 
 /* ---- KV block pool and prefix cache (kv.c) ---- */
 

@@ -1,0 +1,356 @@
+/*
+ * test_bert.c - the BERT encoder (model/model_bert.c) on all-MiniLM-L6-v2
+ * (make model-minilm; $OPUS_MINILM names another copy; skipped when absent).
+ *
+ *  - against llama.cpp (test/golden/embed, gen_embed_golden.py): our
+ *    tokenizer's token counts equal llama.cpp's, the cosine similarity of
+ *    every embedding to llama.cpp's is >= 0.9999, and the 5 nearest
+ *    neighbours of 40 queries among the 240 texts are the same;
+ *  - batched vs single: every vector of a batch of mixed lengths (and of
+ *    a batch split over several forward passes, and with other thread
+ *    counts) is bit-identical to encoding that input alone;
+ *  - normalisation, the pooling metadata, and the errors (empty input,
+ *    too long, token out of range, a generator refused by the encoder).
+ *
+ * `make unit` (ASan) checks every 24th golden text; `make golden` (optimised
+ * build, OPUS_EMBED_GOLDEN_ALL=1) all of them.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "model/model.h"
+#include "unit.h"
+
+#ifndef GOLDEN_DIR
+#define GOLDEN_DIR "test/golden/embed/"
+#endif
+
+#define MAX_TEXTS 512
+#define MAX_TOK 1024
+
+static char *texts[MAX_TEXTS];
+static int	n_texts;
+
+static bool
+read_texts(void)
+{
+	FILE	   *f = fopen(GOLDEN_DIR "texts.txt", "r");
+	char		line[65536];
+
+	if (!f)
+		return false;
+	while (n_texts < MAX_TEXTS && fgets(line, sizeof(line), f))
+	{
+		size_t		n = strlen(line);
+
+		if (n > 0 && line[n - 1] == '\n')
+			line[--n] = '\0';
+		texts[n_texts++] = strdup(line);
+	}
+	fclose(f);
+	return true;
+}
+
+static int
+tokenize(const struct opus_model *m, const char *s, int32_t *out)
+{
+	int64_t		n = 0;
+	struct opus_error err = {0};
+
+	if (opus_tokenizer_encode(opus_model_tokenizer(m), s, strlen(s), true, false, out,
+							  MAX_TOK, &n, &err) != OPUS_OK)
+		return -1;
+	return (int) n;
+}
+
+static double
+cosine(const float *a, const float *b, int n)
+{
+	double		ab = 0,
+				aa = 0,
+				bb = 0;
+
+	for (int i = 0; i < n; i++)
+	{
+		ab += (double) a[i] * b[i];
+		aa += (double) a[i] * a[i];
+		bb += (double) b[i] * b[i];
+	}
+	return ab / sqrt(aa * bb);
+}
+
+static void
+test_golden(struct opus_model *m, struct opus_encoder *enc, bool all)
+{
+	int			E = opus_model_hparams(m)->n_embd;
+	FILE	   *f;
+	float	   *gold,
+			   *ours;
+	int			ntok[MAX_TEXTS];
+	int32_t    *toks[MAX_TEXTS];
+	int			ourn[MAX_TEXTS];
+	struct opus_embed_item items[MAX_TEXTS];
+	int			n_items = 0,
+				idx[MAX_TEXTS];
+	double		worst = 1.0;
+	struct opus_error err = {0};
+	int			tok_ok = 0;
+
+	if (!read_texts())
+	{
+		CHECK(false, "cannot read %stexts.txt", GOLDEN_DIR);
+		return;
+	}
+	f = fopen(GOLDEN_DIR "minilm.ntok", "r");
+	CHECK(f != NULL, "minilm.ntok");
+	if (!f)
+		return;
+	for (int i = 0; i < n_texts; i++)
+		if (fscanf(f, "%d", &ntok[i]) != 1)
+			ntok[i] = -1;
+	fclose(f);
+	gold = malloc(sizeof(float) * (size_t) E * n_texts);
+	ours = calloc((size_t) E * n_texts, sizeof(float));
+	f = fopen(GOLDEN_DIR "minilm.f32", "rb");
+	CHECK(f && fread(gold, sizeof(float) * E, n_texts, f) == (size_t) n_texts,
+		  "minilm.f32 holds %d vectors of %d", n_texts, E);
+	if (f)
+		fclose(f);
+
+	for (int i = 0; i < n_texts; i++)
+	{
+		toks[i] = malloc(sizeof(int32_t) * MAX_TOK);
+		ourn[i] = tokenize(m, texts[i], toks[i]);
+		tok_ok += (ourn[i] == ntok[i]);
+		CHECK(ourn[i] == ntok[i], "text %d: %d tokens, llama.cpp %d", i, ourn[i], ntok[i]);
+		if (all || i % 24 == 0)
+		{
+			idx[n_items] = i;
+			items[n_items++] = (struct opus_embed_item) {toks[i], ourn[i], ours + (size_t) i * E};
+		}
+	}
+	printf("tokenization: %d/%d token counts equal llama.cpp's\n", tok_ok, n_texts);
+	CHECK(opus_encode(enc, items, n_items, false, &err) == OPUS_OK, "encode: %s", err.msg);
+	for (int k = 0; k < n_items; k++)
+	{
+		int			i = idx[k];
+		double		c = cosine(ours + (size_t) i * E, gold + (size_t) i * E, E);
+
+		if (c < worst)
+			worst = c;
+		CHECK(c >= 0.9999, "text %d (%d tokens): cosine %.7f to llama.cpp", i, ourn[i], c);
+	}
+	printf("embeddings: %d texts, worst cosine to llama.cpp %.7f\n", n_items, worst);
+
+	/* retrieval: the first 40 texts (always encoded) against the encoded ones */
+	f = fopen(GOLDEN_DIR "minilm.top5", "r");
+	if (f && all)
+	{
+		int			same = 0;
+
+		for (int q = 0; q < 40; q++)
+		{
+			int			want[5],
+						got[5];
+			double		best[5];
+
+			for (int j = 0; j < 5; j++)
+			{
+				if (fscanf(f, "%d", &want[j]) != 1)
+					want[j] = -1;
+				got[j] = -1;
+				best[j] = -2;
+			}
+			for (int i = 0; i < n_texts; i++)
+			{
+				double		c;
+				int			j;
+
+				if (i == q)
+					continue;
+				c = cosine(ours + (size_t) q * E, ours + (size_t) i * E, E);
+				for (j = 5; j > 0 && c > best[j - 1]; j--)
+					;
+				if (j < 5)
+				{
+					memmove(&best[j + 1], &best[j], sizeof(double) * (4 - j));
+					memmove(&got[j + 1], &got[j], sizeof(int) * (4 - j));
+					best[j] = c;
+					got[j] = i;
+				}
+			}
+			same += memcmp(want, got, sizeof(want)) == 0;
+			CHECK(memcmp(want, got, sizeof(want)) == 0,
+				  "query %d: top-5 %d %d %d %d %d, llama.cpp %d %d %d %d %d", q,
+				  got[0], got[1], got[2], got[3], got[4],
+				  want[0], want[1], want[2], want[3], want[4]);
+		}
+		printf("retrieval: top-5 neighbours equal for %d/40 queries\n", same);
+	}
+	if (f)
+		fclose(f);
+	for (int i = 0; i < n_texts; i++)
+		free(toks[i]);
+	free(gold);
+	free(ours);
+}
+
+/* Each vector of a batch equals that input encoded alone, bit for bit. */
+static void
+test_batch_identity(struct opus_model *m, const char *path)
+{
+	static const char *const in[] = {
+		"hello world", "A much longer sentence about databases, indexes and query plans.",
+		"x", "日本語のテキスト", "The quick brown fox jumps over the lazy dog. " "The quick brown fox jumps over the lazy dog again and again.",
+		"SELECT 1;", "Emoji 🎉", "short",
+	};
+	enum
+	{
+	N = sizeof(in) / sizeof(in[0])};
+	int			E = opus_model_hparams(m)->n_embd;
+	int32_t		toks[N][MAX_TOK];
+	struct opus_embed_item items[N];
+	float	   *single = malloc(sizeof(float) * E * N),
+			   *batch = malloc(sizeof(float) * E * N);
+	struct opus_encoder *e1 = NULL,
+			   *e2 = NULL;
+	struct opus_error err = {0};
+	int			same = 0;
+
+	(void) path;
+	CHECK(opus_encoder_create(m, 1, 1, &e1, &err) == OPUS_OK, "encoder: %s", err.msg);
+	CHECK(opus_encoder_create(m, 3, 4096, &e2, &err) == OPUS_OK, "encoder: %s", err.msg);
+	if (!e1 || !e2)
+		goto done;
+	for (int i = 0; i < N; i++)
+	{
+		int			n = tokenize(m, in[i], toks[i]);
+
+		items[i] = (struct opus_embed_item) {toks[i], n, single + (size_t) i * E};
+		CHECK(opus_encode(e1, &items[i], 1, true, &err) == OPUS_OK, "single %d: %s", i, err.msg);
+	}
+	/* all at once on 3 threads */
+	for (int i = 0; i < N; i++)
+		items[i].out = batch + (size_t) i * E;
+	CHECK(opus_encode(e2, items, N, true, &err) == OPUS_OK, "batch: %s", err.msg);
+	for (int i = 0; i < N; i++)
+		same += memcmp(single + (size_t) i * E, batch + (size_t) i * E, sizeof(float) * E) == 0;
+	CHECK(same == N, "batched vs single: %d/%d vectors bit-identical", same, N);
+	/* in reverse order, on 1 thread, packed by the 512-token limit */
+	memset(batch, 0, sizeof(float) * E * N);
+	{
+		struct opus_embed_item rev[N];
+
+		for (int i = 0; i < N; i++)
+			rev[i] = items[N - 1 - i];
+		CHECK(opus_encode(e1, rev, N, true, &err) == OPUS_OK, "reverse: %s", err.msg);
+	}
+	same = 0;
+	for (int i = 0; i < N; i++)
+		same += memcmp(single + (size_t) i * E, batch + (size_t) i * E, sizeof(float) * E) == 0;
+	CHECK(same == N, "reversed batch vs single: %d/%d vectors bit-identical", same, N);
+
+	/* normalised: unit length; unnormalised: the same direction */
+	{
+		double		nn = 0;
+		float	   *raw = malloc(sizeof(float) * E);
+		struct opus_embed_item it = items[1];
+
+		for (int d = 0; d < E; d++)
+			nn += (double) single[E + d] * single[E + d];
+		CHECK(fabs(nn - 1.0) < 1e-5, "normalised vector has |v|^2 = %f", nn);
+		it.out = raw;
+		CHECK(opus_encode(e2, &it, 1, false, &err) == OPUS_OK, "raw: %s", err.msg);
+		CHECK(cosine(raw, single + E, E) > 0.999999, "raw and normalised differ in direction");
+		nn = 0;
+		for (int d = 0; d < E; d++)
+			nn += (double) raw[d] * raw[d];
+		CHECK(fabs(nn - 1.0) > 1e-3, "raw vector is not normalised (|v|^2 = %f)", nn);
+		free(raw);
+	}
+
+	/* errors: nothing written */
+	{
+		int32_t		bad[600];
+		struct opus_embed_item it = {toks[0], 0, batch};
+
+		CHECK(opus_encode(e1, &it, 1, true, &err) == OPUS_ERR_INVALID_ARG, "empty input accepted");
+		for (int i = 0; i < 600; i++)
+			bad[i] = 1000;
+		it.tokens = bad;
+		it.n_tokens = 513;
+		CHECK(opus_encode(e1, &it, 1, true, &err) == OPUS_ERR_INVALID_ARG, "513 tokens accepted");
+		it.n_tokens = 512;
+		CHECK(opus_encode(e1, &it, 1, true, &err) == OPUS_OK, "512 tokens refused: %s", err.msg);
+		bad[3] = opus_model_hparams(m)->n_vocab;
+		CHECK(opus_encode(e1, &it, 1, true, &err) == OPUS_ERR_INVALID_ARG, "token id out of range accepted");
+		bad[3] = -1;
+		CHECK(opus_encode(e1, &it, 1, true, &err) == OPUS_ERR_INVALID_ARG, "negative token id accepted");
+	}
+done:
+	opus_encoder_free(e1);
+	opus_encoder_free(e2);
+	free(single);
+	free(batch);
+}
+
+int
+main(void)
+{
+	const char *path = getenv("OPUS_MINILM");
+	const char *gen = unit_model_path();
+	bool		all = getenv("OPUS_EMBED_GOLDEN_ALL") != NULL;
+	struct opus_model *m = NULL;
+	struct opus_encoder *enc = NULL;
+	struct opus_error err = {0};
+	struct stat st;
+
+	if (!path || !*path)
+		path = "models/all-MiniLM-L6-v2.gguf";
+	/* a generator is refused by the encoder, and an encoder by opus_ctx */
+	if (gen && stat(gen, &st) == 0 &&
+		opus_model_load(gen, NULL, &m, &err) == OPUS_OK)
+	{
+		CHECK(!opus_model_hparams(m)->is_encoder, "a generator reads as an encoder");
+		CHECK(opus_encoder_create(m, 1, 512, &enc, &err) == OPUS_ERR_UNSUPPORTED,
+			  "a generator got an encoder");
+		opus_model_free(m);
+		m = NULL;
+	}
+	if (stat(path, &st) != 0)
+	{
+		printf("test_bert: %s absent (make model-minilm), skipped\n", path);
+		CHECK(true, "skip");
+		return UNIT_DONE();
+	}
+	CHECK(opus_model_load(path, NULL, &m, &err) == OPUS_OK, "load %s: %s", path, err.msg);
+	if (!m)
+		return UNIT_DONE();
+	{
+		const struct opus_hparams *hp = opus_model_hparams(m);
+		struct opus_ctx_params cp = {.n_threads = 1, .max_batch_tokens = 64, .n_ctx = 512,
+		.n_blocks = 8};
+		struct opus_ctx *c = NULL;
+
+		CHECK(hp->is_encoder && hp->arch == OPUS_ARCH_BERT, "not read as a bert encoder");
+		CHECK(hp->pooling == OPUS_POOLING_MEAN, "pooling %d, the file says mean", hp->pooling);
+		CHECK(hp->n_embd == 384 && hp->n_layer == 6 && hp->n_ctx_train == 512,
+			  "hparams %d %d %d", hp->n_embd, hp->n_layer, hp->n_ctx_train);
+		CHECK(opus_ctx_create(m, &cp, &c, &err) == OPUS_ERR_UNSUPPORTED,
+			  "an encoder got a generation context");
+		opus_ctx_free(c);
+	}
+	test_batch_identity(m, path);
+	CHECK(opus_encoder_create(m, 2, 2048, &enc, &err) == OPUS_OK, "encoder: %s", err.msg);
+	if (enc)
+		test_golden(m, enc, all);
+	opus_encoder_free(enc);
+	opus_model_free(m);
+	for (int i = 0; i < n_texts; i++)
+		free(texts[i]);
+	return UNIT_DONE();
+}
