@@ -197,7 +197,9 @@ REVOKE ALL ON FUNCTION @extschema@.pg_stat_opus_reset() FROM PUBLIC;
 -- status 'running'; those a crash or restart interrupted are marked
 -- 'interrupted' when the logger starts.  Rows older than opus.log_retention
 -- are deleted.  Each user sees only their own rows (row-level security)
--- unless they have pg_read_all_stats.
+-- unless they have pg_read_all_stats.  Rows are matched to roles by name
+-- (username), not by oid: a dump restored into another cluster, where the
+-- oids differ, shows each role its own rows and no one else's.
 
 CREATE TABLE @extschema@.opus_requests (
     id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
@@ -218,7 +220,8 @@ CREATE TABLE @extschema@.opus_requests (
     submitted_at timestamp with time zone NOT NULL,
     started_at timestamp with time zone,
     first_token_at timestamp with time zone,
-    finished_at timestamp with time zone
+    finished_at timestamp with time zone,
+    username name
 );
 
 CREATE INDEX opus_requests_submitted_at ON @extschema@.opus_requests (submitted_at);
@@ -232,9 +235,12 @@ ALTER TABLE @extschema@.opus_requests ENABLE ROW LEVEL SECURITY;
 
 CREATE POLICY opus_requests_own ON @extschema@.opus_requests
     FOR SELECT
-    USING (pg_catalog.pg_has_role(CURRENT_USER, userid, 'USAGE')
+    USING (pg_catalog.pg_has_role(CURRENT_USER,
+                                  pg_catalog.to_regrole(pg_catalog.quote_ident(username)), 'USAGE')
            OR pg_catalog.pg_has_role(CURRENT_USER, 'pg_read_all_stats', 'USAGE'));
 
 GRANT SELECT ON @extschema@.opus_requests TO PUBLIC;
 
 SELECT pg_catalog.pg_extension_config_dump('@extschema@.opus_requests', '');
+-- The identity sequence too: a restored log goes on from its last id.
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.opus_requests_id_seq', '');

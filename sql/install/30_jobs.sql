@@ -149,6 +149,10 @@ GRANT SELECT, INSERT, UPDATE, DELETE ON @extschema@.opus_job, @extschema@.opus_j
 SELECT pg_catalog.pg_extension_config_dump('@extschema@.opus_job', '');
 SELECT pg_catalog.pg_extension_config_dump('@extschema@.opus_job_item', '');
 SELECT pg_catalog.pg_extension_config_dump('@extschema@.opus_job_run', '');
+-- Their identity sequences too: a restored database goes on from the last ids.
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.opus_job_id_seq', '');
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.opus_job_item_item_id_seq', '');
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.opus_job_run_id_seq', '');
 
 -- Templates ------------------------------------------------------------------
 

@@ -480,9 +480,12 @@ write_batch(OpusLogRecord *recs, int n)
 
 	ins = SPI_prepare(psprintf("INSERT INTO %s (request_id, userid, dbid, backend_pid, model, kind, "
 							   "params, status, finish_reason, prompt_tokens, completion_tokens, "
-							   "cached_tokens, error, submitted_at, started_at, first_token_at, finished_at) "
+							   "cached_tokens, error, submitted_at, started_at, first_token_at, finished_at, "
+							   "username) "
 							   "VALUES ($1, $2, $3, $4, $5, $6, $7::pg_catalog.jsonb, $8, $9, $10, $11, "
-							   "$12, $13, $14, $15, $16, $17)", table),
+							   "$12, $13, $14, $15, $16, $17, "
+							   "(SELECT r.rolname FROM pg_catalog.pg_roles r WHERE r.oid OPERATOR(pg_catalog.=) $2))",
+							   table),
 					  INSERT_NARGS, (Oid *) ins_types);
 	upd = SPI_prepare(psprintf("UPDATE %s SET status = $3, finish_reason = $4, prompt_tokens = $5, "
 							   "completion_tokens = $6, cached_tokens = $7, error = $8, "

@@ -238,7 +238,8 @@ for my $v (@old)
 		items => 'SELECT * FROM opus_job_item',
 		runs => 'SELECT * FROM opus_job_run',
 		results => 'SELECT * FROM results',
-		log => 'SELECT * FROM opus_requests WHERE request_id >= 900000000',
+		# (0.2.0 adds username, filled from userid: checked below)
+		log => "SELECT to_jsonb(q) - 'username' FROM opus_requests q WHERE request_id >= 900000000",
 		progress => 'SELECT * FROM opus_job_progress');
 	my %before = map { $_ => digest($db, $queries{$_}) } keys %queries;
 	like($before{items}, qr/^20 /, "$db: 20 work items, half done");
@@ -270,6 +271,9 @@ for my $v (@old)
 	{
 		is(digest($db, $queries{$k}), $before{$k}, "$db: $k unchanged by the update");
 	}
+	is($node->safe_psql($db, "SELECT count(*) FILTER (WHERE username IS DISTINCT FROM userid::regrole::text) "
+		  . "FROM opus_requests WHERE request_id >= 900000000"),
+		'0', "$db: the update names the log rows' roles (username)");
 	is($node->safe_psql($db, "SELECT phase || ' ' || rows_done || '/' || rows_total FROM opus_job_progress WHERE job = 'half'"),
 		'interrupted 10/20', "$db: progress shows the old run interrupted half-way");
 

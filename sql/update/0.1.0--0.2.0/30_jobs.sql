@@ -82,3 +82,9 @@ $$;
 
 COMMENT ON FUNCTION @extschema@.opus_job_submit(text, jsonb)
 IS 'internal: submit one prompt with a job''s options, attached to the session';
+
+-- The job tables' identity sequences are dumped with them, so a restored
+-- database goes on from the last ids (docs/overload.md).
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.opus_job_id_seq', '');
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.opus_job_item_item_id_seq', '');
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.opus_job_run_id_seq', '');
