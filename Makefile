@@ -33,7 +33,7 @@ PG_CFLAGS = $(OPUS_PG_WERROR)
 # pg_regress suite (sql/<name>.sql, expected/<name>.out).  It needs a server
 # with opus_pg preloaded: run test/run_regress.sh (temporary instance), or
 # `make installcheck` against a running server configured that way.
-REGRESS = setup generate chat tokenize errors settings model models stats experts async jobs security security_privileges security_limits upgrade tenants stream scaleout overload
+REGRESS = setup generate chat tokenize errors settings model models stats experts async jobs security security_privileges security_limits upgrade tenants stream scaleout overload tools
 REGRESS_OPTS = --inputdir=.
 EXTRA_CLEAN = nopreload
 

@@ -30,6 +30,8 @@
  *              OPUS_PARAM_NAME   SQL text, a name (no bounds; checked where
  *                                it is looked up)
  *              OPUS_PARAM_BOOL   SQL boolean
+ *              OPUS_PARAM_JSON   SQL jsonb (checked where it is used; no
+ *                                bounds)
  *   lo, hi     the bounds; lo_end / hi_end: OPUS_PARAM_CLOSED (the bound is
  *              allowed), OPUS_PARAM_OPEN (it is not), OPUS_PARAM_NONE
  *              (no bound on that side)
@@ -93,6 +95,16 @@
 	X(fallback, OPUS_PARAM_BOOL, 0, OPUS_PARAM_NONE, 0, OPUS_PARAM_NONE, \
 	  0, "only batch-class sessions", NULL, "true: may go to the model's fallback while it is overloaded")
 
+/*
+ * Chat only (opus_chat, opus_chat_completion): the tool definitions handed
+ * to the model's chat template as `tools` (docs/tools.md).  Carried in the
+ * SUBMIT frame as a chat item of role OPUS_ROLE_TOOLS.
+ */
+#define OPUS_PARAM_MAX_TOOLS_LEN (1024 * 1024)	/* bytes of tools JSON */
+#define OPUS_PARAMS_CHAT(X) \
+	X(tools, OPUS_PARAM_JSON, 0, OPUS_PARAM_NONE, 0, OPUS_PARAM_NONE, \
+	  0, "no tools", NULL, "a JSON array of OpenAI-style tool definitions (`{\"type\": \"function\", \"function\": {\"name\": ...}}`); chat functions only")
+
 /* Request fields that are not SQL arguments: they come from the session. */
 #define OPUS_PARAMS_SESSION(X) \
 	X(priority, OPUS_PARAM_INT, 0, OPUS_PARAM_CLOSED, OPUS_PARAM_MAX_PRIORITY, OPUS_PARAM_CLOSED, \
@@ -101,7 +113,7 @@
 /* All of them, the SQL arguments in the order of the SQL signatures. */
 #define OPUS_PARAMS(X) \
 	OPUS_PARAMS_REQUEST(X) OPUS_PARAMS_SAMPLING(X) OPUS_PARAMS_TEXTS(X) OPUS_PARAMS_ROUTING(X) \
-	OPUS_PARAMS_SESSION(X)
+	OPUS_PARAMS_CHAT(X) OPUS_PARAMS_SESSION(X)
 
 enum opus_param_kind
 {
@@ -110,7 +122,8 @@ enum opus_param_kind
 	OPUS_PARAM_SEED,
 	OPUS_PARAM_TEXTS,
 	OPUS_PARAM_NAME,
-	OPUS_PARAM_BOOL
+	OPUS_PARAM_BOOL,
+	OPUS_PARAM_JSON
 };
 
 enum opus_param_end

@@ -743,8 +743,9 @@ opus_proto_parse_submit(const uint8_t *buf, size_t len,
 		case OPUS_KIND_CHAT:
 			{
 				size_t		pos = 0;
+				uint32_t	n_tools = 0;
 
-				if (m->n_items == 0 || m->n_items > OPUS_PROTO_MAX_MESSAGES)
+				if (m->n_items == 0 || m->n_items > OPUS_PROTO_MAX_MESSAGES + 1)
 				{
 					*why = "SUBMIT has a bad number of chat messages";
 					return false;
@@ -758,6 +759,7 @@ opus_proto_parse_submit(const uint8_t *buf, size_t len,
 						*why = "SUBMIT chat message is malformed";
 						return false;
 					}
+					n_tools += m->data[pos] == OPUS_ROLE_TOOLS;
 					n = opus_proto_get_u32(m->data + pos + 1);
 					pos += 5;
 					if (n > m->data_len - pos ||
@@ -771,6 +773,12 @@ opus_proto_parse_submit(const uint8_t *buf, size_t len,
 				if (pos != m->data_len)
 				{
 					*why = "SUBMIT has trailing bytes after the chat messages";
+					return false;
+				}
+				if (n_tools > 1 || m->n_items - n_tools == 0 ||
+					m->n_items - n_tools > OPUS_PROTO_MAX_MESSAGES)
+				{
+					*why = "SUBMIT has a bad number of chat messages or tool lists";
 					return false;
 				}
 			}

@@ -56,10 +56,11 @@
 #include "params.h"
 
 #define OPUS_PROTO_MAGIC		0x5355504FU /* "OPUS" read as little-endian u32 */
-#define OPUS_PROTO_VERSION		6	/* 2: PROGRESS, prefix counters in STATS;
+#define OPUS_PROTO_VERSION		7	/* 2: PROGRESS, prefix counters in STATS;
 									 * 3: KV settings in HELLO, priority in SUBMIT;
 									 * 4: EXPERTS; 5: tenant block in SUBMIT;
-									 * 6: step target, starvation limit in HELLO */
+									 * 6: step target, starvation limit in HELLO;
+									 * 7: chat roles tool and tools */
 #define OPUS_PROTO_HEADER_SIZE	16
 #define OPUS_PROTO_MAX_PAYLOAD	(16U * 1024 * 1024)
 #define OPUS_PROTO_MAX_STOP		OPUS_PARAM_MAX_STOP /* stop strings per request */
@@ -131,6 +132,9 @@ enum opus_proto_role
 	OPUS_ROLE_SYSTEM = 0,
 	OPUS_ROLE_USER = 1,
 	OPUS_ROLE_ASSISTANT = 2,
+	OPUS_ROLE_TOOL = 3,			/* a tool's result */
+	OPUS_ROLE_TOOLS = 4,		/* not a message: the tool definitions (a JSON
+								 * array) for the template; at most one */
 	OPUS_ROLE__COUNT
 };
 
@@ -243,7 +247,8 @@ struct opus_proto_str
  *   n_stop x (u32 len, bytes), tenant (u64 cache_scope, u32 tenant,
  *   u32 weight, i32 min_priority), u32 n_items, u32 data_len, data.
  * data: GENERATE/TOKENIZE: the prompt bytes (n_items = 0);
- *       CHAT: n_items x (u8 role, u32 len, bytes);
+ *       CHAT: n_items x (u8 role, u32 len, bytes): at least one message
+ *             and at most one OPUS_ROLE_TOOLS item (tools JSON);
  *       DETOKENIZE: n_items x i32 token ids (data_len = 4 * n_items).
  * The parsed struct points into the payload buffer.
  */

@@ -39,13 +39,14 @@ CREATE FUNCTION @extschema@.opus_chat(
     seed bigint DEFAULT NULL,
     stop text[] DEFAULT NULL,
     model text DEFAULT NULL,
-    fallback boolean DEFAULT NULL)
+    fallback boolean DEFAULT NULL,
+    tools jsonb DEFAULT NULL)
 RETURNS text
 AS 'MODULE_PATHNAME', 'opus_chat'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
-COMMENT ON FUNCTION @extschema@.opus_chat(jsonb, integer, double precision, double precision, integer, double precision, double precision, double precision, double precision, bigint, text[], text, boolean)
-IS 'answer OpenAI-style chat messages ([{"role": ..., "content": ...}]) with the model''s chat template';
+COMMENT ON FUNCTION @extschema@.opus_chat(jsonb, integer, double precision, double precision, integer, double precision, double precision, double precision, double precision, bigint, text[], text, boolean, jsonb)
+IS 'answer OpenAI-style chat messages ([{"role": ..., "content": ...}]) with the model''s chat template; tools: OpenAI tool definitions for the template';
 
 CREATE FUNCTION @extschema@.opus_completion(
     prompt text,
@@ -81,13 +82,14 @@ CREATE FUNCTION @extschema@.opus_chat_completion(
     seed bigint DEFAULT NULL,
     stop text[] DEFAULT NULL,
     model text DEFAULT NULL,
-    fallback boolean DEFAULT NULL)
+    fallback boolean DEFAULT NULL,
+    tools jsonb DEFAULT NULL)
 RETURNS jsonb
 AS 'MODULE_PATHNAME', 'opus_chat_completion'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
-COMMENT ON FUNCTION @extschema@.opus_chat_completion(jsonb, integer, double precision, double precision, integer, double precision, double precision, double precision, double precision, bigint, text[], text, boolean)
-IS 'like opus_chat, returning an OpenAI chat.completion object with finish_reason, usage and timings';
+COMMENT ON FUNCTION @extschema@.opus_chat_completion(jsonb, integer, double precision, double precision, integer, double precision, double precision, double precision, double precision, bigint, text[], text, boolean, jsonb)
+IS 'like opus_chat, returning an OpenAI chat.completion object with finish_reason, usage and timings (and tool_calls when the model called a tool)';
 
 CREATE FUNCTION @extschema@.opus_tokenize(input text)
 RETURNS integer[]

@@ -21,6 +21,7 @@
 #include "funcapi.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
+#include "utils/jsonb.h"
 #include "utils/syscache.h"
 
 #include "opus_pg.h"
@@ -166,6 +167,88 @@ parse_stop(FunctionCallInfo fcinfo, int argno, OpusRequest *req)
 	req->n_stop = n;
 }
 
+static void
+tools_error(int index, const char *problem)
+{
+	if (index < 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("tools must be a JSON array of tool definitions"),
+				 errdetail("%s", problem),
+				 errhint("Pass tools like '[{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"parameters\": {\"type\": \"object\"}}}]'.")));
+	ereport(ERROR,
+			(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+			 errmsg("malformed tool definition at index %d", index),
+			 errdetail("%s", problem),
+			 errhint("Each tool needs \"type\": \"function\" and a \"function\" object with a string \"name\".")));
+}
+
+/*
+ * The tools argument (jsonb, OpenAI form) of a chat request: checked, then
+ * put before the messages as an OPUS_ROLE_TOOLS item (its JSON text, UTF-8)
+ * that the engine hands to the model's template as `tools`.
+ */
+static void
+parse_tools(FunctionCallInfo fcinfo, int argno, OpusRequest *req)
+{
+	Jsonb	   *jb = PG_GETARG_JSONB_P(argno);
+	int			n;
+	char	   *json;
+	size_t		len;
+	uint8	   *roles;
+	const char **contents;
+	size_t	   *lens;
+
+	if (req->kind != OPUS_KIND_CHAT)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("tools are only for chat requests")));
+	if (!JB_ROOT_IS_ARRAY(jb) || JB_ROOT_IS_SCALAR(jb))
+		tools_error(-1, "The value is not a JSON array.");
+	n = JB_ROOT_COUNT(jb);
+	for (int i = 0; i < n; i++)
+	{
+		JsonbValue *elem = getIthJsonbValueFromContainer(&jb->root, i);
+		JsonbValue	v;
+		JsonbValue	name;
+
+		if (elem == NULL || elem->type != jbvBinary ||
+			!JsonContainerIsObject(elem->val.binary.data))
+			tools_error(i, "The tool is not a JSON object.");
+		if (!getKeyJsonValueFromContainer(elem->val.binary.data, "type", 4, &v) ||
+			v.type != jbvString || v.val.string.len != 8 ||
+			memcmp(v.val.string.val, "function", 8) != 0)
+			tools_error(i, "The tool has no \"type\": \"function\".");
+		if (!getKeyJsonValueFromContainer(elem->val.binary.data, "function", 8, &v) ||
+			v.type != jbvBinary || !JsonContainerIsObject(v.val.binary.data))
+			tools_error(i, "The tool has no \"function\" object.");
+		if (!getKeyJsonValueFromContainer(v.val.binary.data, "name", 4, &name) ||
+			name.type != jbvString || name.val.string.len == 0)
+			tools_error(i, "The function has no non-empty string \"name\".");
+	}
+	json = JsonbToCString(NULL, &jb->root, VARSIZE(jb));
+	json = (char *) OpusTextToUtf8(json, strlen(json), &len);
+	if (len > OPUS_PARAM_MAX_TOOLS_LEN)
+		ereport(ERROR,
+				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+				 errmsg("tools are too long"),
+				 errdetail("The tool definitions take %zu bytes; at most %d are allowed.",
+						   len, OPUS_PARAM_MAX_TOOLS_LEN)));
+	roles = palloc(sizeof(uint8) * (req->n_messages + 1));
+	contents = palloc(sizeof(char *) * (req->n_messages + 1));
+	lens = palloc(sizeof(size_t) * (req->n_messages + 1));
+	roles[0] = OPUS_ROLE_TOOLS;
+	contents[0] = json;
+	lens[0] = len;
+	memcpy(roles + 1, req->roles, sizeof(uint8) * req->n_messages);
+	memcpy(contents + 1, req->contents, sizeof(char *) * req->n_messages);
+	memcpy(lens + 1, req->content_lens, sizeof(size_t) * req->n_messages);
+	req->roles = roles;
+	req->contents = contents;
+	req->content_lens = lens;
+	req->n_messages++;
+}
+
 void
 OpusParseOptions(FunctionCallInfo fcinfo, OpusRequest *req)
 {
@@ -202,6 +285,8 @@ OpusParseOptions(FunctionCallInfo fcinfo, OpusRequest *req)
 	req->n_stop = 0;
 	if (pos[OPUS_P_stop] >= 0 && !PG_ARGISNULL(pos[OPUS_P_stop]))
 		parse_stop(fcinfo, pos[OPUS_P_stop], req);
+	if (pos[OPUS_P_tools] >= 0 && !PG_ARGISNULL(pos[OPUS_P_tools]))
+		parse_tools(fcinfo, pos[OPUS_P_tools], req);
 }
 
 /*

@@ -52,7 +52,7 @@ messages_error(int index, const char *problem)
 			(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 			 errmsg("malformed chat message at index %d", index),
 			 errdetail("%s", problem),
-			 errhint("Each message needs \"role\" (\"system\", \"user\" or \"assistant\") and a string \"content\".")));
+			 errhint("Each message needs \"role\" (\"system\", \"user\", \"assistant\" or \"tool\") and a string \"content\".")));
 }
 
 /* Messages argument 0 (jsonb, OpenAI form) into req. */
@@ -105,8 +105,10 @@ OpusParseMessages(Jsonb *jb, OpusRequest *req)
 			req->roles[i] = OPUS_ROLE_USER;
 		else if (strcmp(role, "assistant") == 0)
 			req->roles[i] = OPUS_ROLE_ASSISTANT;
+		else if (strcmp(role, "tool") == 0)
+			req->roles[i] = OPUS_ROLE_TOOL;
 		else
-			messages_error(i, psprintf("The role \"%s\" is not one of \"system\", \"user\", \"assistant\".", role));
+			messages_error(i, psprintf("The role \"%s\" is not one of \"system\", \"user\", \"assistant\", \"tool\".", role));
 		if (!getKeyJsonValueFromContainer(elem->val.binary.data, "content", 7, &v) ||
 			v.type != jbvString)
 			messages_error(i, "The message has no string \"content\".");

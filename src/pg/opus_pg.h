@@ -336,7 +336,7 @@ extern void OpusParseMessages(Jsonb *jb, OpusRequest *req);
 extern void OpusParseGeneration(FunctionCallInfo fcinfo, uint8 kind, OpusRequest *req);
 
 /* ---- result shaping: OpenAI completion objects (result.c) ---- */
-extern Datum OpusCompletionJsonb(bool chat, const OpusResult *res);
+extern Datum OpusCompletionJsonb(bool chat, bool tools, const OpusResult *res);
 extern void OpusAppendCompletionEnd(StringInfo buf, const OpusResult *res);
 extern char *OpusServedModelName(int model);
 
@@ -345,6 +345,10 @@ extern void OpusParseOptions(FunctionCallInfo fcinfo, OpusRequest *req);
 extern int	OpusArgNo(FunctionCallInfo fcinfo, const char *name);
 extern bool OpusArgIsNull(FunctionCallInfo fcinfo, const char *name);
 extern void OpusParseModelArg(FunctionCallInfo fcinfo, OpusRequest *req);
+
+/* ---- tool calls in a chat answer (toolcalls.c) ---- */
+extern int	OpusParseToolCalls(const char *content, size_t len, const char *id_prefix,
+							   StringInfo calls, char **rest);
 
 /* ---- asynchronous requests (async.c) ---- */
 

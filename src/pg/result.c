@@ -16,6 +16,8 @@
 
 #include "opus_pg.h"
 
+static void append_completion_end(StringInfo buf, const OpusResult *res, const char *finish);
+
 /*
  * The served model's name: the declared name of a named model; for the
  * default model its file's short name (the file name without ".gguf").
@@ -51,8 +53,16 @@ OpusServedModelName(int model)
 void
 OpusAppendCompletionEnd(StringInfo buf, const OpusResult *res)
 {
-	appendStringInfo(buf, "\"logprobs\": null, \"finish_reason\": \"%s\"}], ",
-					 res->finish == OPUS_PROTO_FINISH_LENGTH ? "length" : "stop");
+	append_completion_end(buf, res, NULL);
+}
+
+/* ... with finish_reason `finish` (NULL: from res). */
+static void
+append_completion_end(StringInfo buf, const OpusResult *res, const char *finish)
+{
+	if (finish == NULL)
+		finish = res->finish == OPUS_PROTO_FINISH_LENGTH ? "length" : "stop";
+	appendStringInfo(buf, "\"logprobs\": null, \"finish_reason\": \"%s\"}], ", finish);
 	appendStringInfo(buf,
 					 "\"usage\": {\"prompt_tokens\": %d, \"completion_tokens\": %d, \"total_tokens\": %d, "
 					 "\"prompt_tokens_details\": {\"cached_tokens\": %d}}, ",
@@ -63,12 +73,29 @@ OpusAppendCompletionEnd(StringInfo buf, const OpusResult *res)
 					 res->queue_ms, res->ttft_ms, res->total_ms, res->elapsed_ms);
 }
 
+/*
+ * An OpenAI completion object for res.  tools (chat only): the request had
+ * tool definitions, so an answer the model formatted as tool calls
+ * (toolcalls.c) becomes message.tool_calls, with finish_reason
+ * "tool_calls" when generation stopped by itself.
+ */
 Datum
-OpusCompletionJsonb(bool chat, const OpusResult *res)
+OpusCompletionJsonb(bool chat, bool tools, const OpusResult *res)
 {
 	StringInfoData buf;
 	char	   *content = OpusTextFromUtf8(res->data, res->len);
 	uint64		r = pg_prng_uint64(&pg_global_prng_state);
+	char		call_prefix[32];
+	StringInfoData calls;
+	char	   *rest = NULL;
+	int			n_calls = 0;
+	const char *finish = NULL;
+
+	snprintf(call_prefix, sizeof(call_prefix), "call_%016llx_", (unsigned long long) r);
+	if (chat && tools)
+		n_calls = OpusParseToolCalls(content, strlen(content), call_prefix, &calls, &rest);
+	if (n_calls > 0 && res->finish == OPUS_PROTO_FINISH_STOP)
+		finish = "tool_calls";
 
 	initStringInfo(&buf);
 	appendStringInfo(&buf, "{\"id\": \"%s-%016llx%08x\", \"object\": \"%s\", \"created\": %lld, \"model\": ",
@@ -82,7 +109,12 @@ OpusCompletionJsonb(bool chat, const OpusResult *res)
 	if (chat)
 	{
 		appendStringInfoString(&buf, "\"message\": {\"role\": \"assistant\", \"content\": ");
-		escape_json(&buf, content);
+		if (n_calls > 0 && rest == NULL)
+			appendStringInfoString(&buf, "null");
+		else
+			escape_json(&buf, n_calls > 0 ? rest : content);
+		if (n_calls > 0)
+			appendStringInfo(&buf, ", \"tool_calls\": %s", calls.data);
 		appendStringInfoString(&buf, "}, ");
 	}
 	else
@@ -91,6 +123,6 @@ OpusCompletionJsonb(bool chat, const OpusResult *res)
 		escape_json(&buf, content);
 		appendStringInfoString(&buf, ", ");
 	}
-	OpusAppendCompletionEnd(&buf, res);
+	append_completion_end(&buf, res, finish);
 	return DirectFunctionCall1(jsonb_in, CStringGetDatum(buf.data));
 }

@@ -38,6 +38,8 @@ sql_type(enum opus_param_kind k)
 			return "text";
 		case OPUS_PARAM_BOOL:
 			return "boolean";
+		case OPUS_PARAM_JSON:
+			return "jsonb";
 	}
 	return "?";
 }
@@ -81,7 +83,7 @@ readme_table(char *out, size_t size)
 				APPEND(" (%s)", p->zero);
 		}
 		APPEND(" | ");
-		if (p->kind == OPUS_PARAM_NAME || p->kind == OPUS_PARAM_BOOL)
+		if (p->kind == OPUS_PARAM_NAME || p->kind == OPUS_PARAM_BOOL || p->kind == OPUS_PARAM_JSON)
 			APPEND("%s", p->doc ? p->doc : "any");
 		else if (p->kind == OPUS_PARAM_TEXTS)
 			APPEND("up to %d strings of %s .. %s bytes", OPUS_PARAM_MAX_STOP, lo, hi);
@@ -98,7 +100,8 @@ readme_table(char *out, size_t size)
 			APPEND("any");
 		if (p->zero && p->dflt != 0)
 			APPEND("; 0 = %s", p->zero);
-		if (p->doc && p->kind != OPUS_PARAM_NAME && p->kind != OPUS_PARAM_BOOL)
+		if (p->doc && p->kind != OPUS_PARAM_NAME && p->kind != OPUS_PARAM_BOOL &&
+			p->kind != OPUS_PARAM_JSON)
 			APPEND("; %s", p->doc);
 		APPEND(" |\n");
 	}
@@ -322,9 +325,14 @@ check_sql(const char *root)
 	}
 	closedir(d);
 	for (int i = 0; i < OPUS_P__COUNT; i++)
+	{
+		/* OPUS_PARAMS_CHAT: opus_chat and opus_chat_completion */
+		int			want = opus_params[i].kind == OPUS_PARAM_JSON ? 2 : 8;
+
 		if (opus_params[i].sql)
-			CHECK(seen[i] >= 8, "%s: %d SQL DEFAULTs found, want the 8 generation functions'",
-				  opus_params[i].name, seen[i]);
+			CHECK(seen[i] >= want, "%s: %d SQL DEFAULTs found, want %d",
+				  opus_params[i].name, seen[i], want);
+	}
 }
 
 int

@@ -267,6 +267,20 @@ test_submit(void)
 		buf[role_at] = OPUS_ROLE__COUNT;
 		CHECK(!parse_submit_copy(buf, len, &m, &why), "unknown role rejected");
 	}
+	/* tool lists: one is fine (beside a tool message), two are not */
+	{
+		size_t		role_at = OPUS_PROTO_SUBMIT_FIXED + (4 + 2) + (4 + 3) + OPUS_PROTO_TENANT_SIZE + 8;
+		size_t		role2_at = role_at + 5 + strlen("You are helpful.");
+
+		len = encode_chat(buf, sizeof(buf), &p);
+		buf[role_at] = OPUS_ROLE_TOOLS;
+		CHECK(parse_submit_copy(buf, len, &m, &why), "a tools item and a message parse (%s)",
+			  why ? why : "");
+		buf[role2_at] = OPUS_ROLE_TOOL;
+		CHECK(parse_submit_copy(buf, len, &m, &why), "a tools item and a tool message parse");
+		buf[role2_at] = OPUS_ROLE_TOOLS;
+		CHECK(!parse_submit_copy(buf, len, &m, &why), "two tools items rejected");
+	}
 
 	/* out-of-range parameters are rejected by the parser too */
 	{

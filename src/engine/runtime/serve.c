@@ -544,7 +544,8 @@ match_marked(const char *r, size_t rlen, const char *rm, size_t rmlen,
 /*
  * Render chat messages with the model's template into a malloc'd string;
  * *literal / *n_literal (malloc'd, may be NULL / 0): the spans to tokenize
- * as plain text.
+ * as plain text.  An OPUS_ROLE_TOOLS item (validated: at most one) is not a
+ * message but the template's `tools`.
  */
 static enum opus_status
 render_chat(struct serve *s, const struct opus_proto_submit *m,
@@ -552,9 +553,12 @@ render_chat(struct serve *s, const struct opus_proto_submit *m,
 			struct opus_text_span **literal, int *n_literal,
 			struct opus_error *err)
 {
-	static const char *const roles[OPUS_ROLE__COUNT] = {"system", "user", "assistant"};
+	static const char *const roles[OPUS_ROLE__COUNT] = {"system", "user", "assistant", "tool", NULL};
 	struct opus_chat_msg *msgs;
 	struct opus_chat_msg *marked = NULL;
+	const char *tools = NULL;
+	size_t		tools_len = 0;
+	int			n_msgs = 0;
 	char	   *store;
 	char	   *marks = NULL;
 	char	   *rm = NULL;
@@ -587,14 +591,22 @@ render_chat(struct serve *s, const struct opus_proto_submit *m,
 			opus_proto_next_chat_message(m, &pos, &role, &c);
 			memcpy(w, c.ptr, c.len);
 			w[c.len] = '\0';
-			msgs[i].role = roles[role];
-			msgs[i].content = w;
+			if (role == OPUS_ROLE_TOOLS)
+			{
+				tools = w;
+				tools_len = c.len;
+				w += c.len + 1;
+				continue;
+			}
+			msgs[n_msgs].role = roles[role];
+			msgs[n_msgs].content = w;
+			n_msgs++;
 			if (control < 0)
 				control = opus_tokenizer_find_control(s->tok, c.ptr, c.len);
 			w += c.len + 1;
 		}
 	}
-	st = opus_chat_renderer_apply(s->chat, msgs, (int) m->n_items, NULL, 0, true,
+	st = opus_chat_renderer_apply(s->chat, msgs, n_msgs, tools, tools_len, true,
 								  text, text_len, err);
 	if (st != OPUS_OK || control < 0)
 		goto out;
@@ -607,18 +619,18 @@ render_chat(struct serve *s, const struct opus_proto_submit *m,
 		st = opus_error_set(err, OPUS_ERR_NOMEM, "out of memory rendering chat messages");
 		goto fail;
 	}
-	for (uint32_t i = 0; i < m->n_items; i++)
+	for (int i = 0; i < n_msgs; i++)
 	{
-		snprintf(marks + (size_t) i * 40, 40, CONTENT_MARK "%u\x1f", i);
+		snprintf(marks + (size_t) i * 40, 40, CONTENT_MARK "%d\x1f", i);
 		marked[i].role = msgs[i].role;
 		marked[i].content = marks + (size_t) i * 40;
 	}
-	st = opus_chat_renderer_apply(s->chat, marked, (int) m->n_items, NULL, 0, true,
+	st = opus_chat_renderer_apply(s->chat, marked, n_msgs, tools, tools_len, true,
 								  &rm, &rm_len, err);
 	if (st != OPUS_OK)
 		goto fail;
-	if (!match_marked(*text, *text_len, rm, rm_len, msgs, (int) m->n_items, false, &sp, &oom) &&
-		(oom || !match_marked(*text, *text_len, rm, rm_len, msgs, (int) m->n_items, true, &sp, &oom)))
+	if (!match_marked(*text, *text_len, rm, rm_len, msgs, n_msgs, false, &sp, &oom) &&
+		(oom || !match_marked(*text, *text_len, rm, rm_len, msgs, n_msgs, true, &sp, &oom)))
 	{
 		char		piece[64];
 		int			pl = opus_tokenizer_piece(s->tok, control, true, piece, (int) sizeof(piece) - 1);
