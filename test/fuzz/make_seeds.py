@@ -231,3 +231,29 @@ try:
     write_tiny_bert(os.path.join(C, "model", "seed-tiny-bert.bin"))
 except ImportError as e:
     print("make_seeds: no tiny model seeds (%s)" % e)
+
+# --- jsonschema: the converter's corpus (test/golden/json_schema/corpus.py),
+# and response_format wrappers; regex: patterns and choices lists
+import json  # noqa: E402
+import sys  # noqa: E402
+
+sys.path.insert(0, os.path.join(ROOT, "test", "golden", "json_schema"))
+import corpus as schema_corpus  # noqa: E402
+
+os.makedirs(os.path.join(C, "jsonschema"), exist_ok=True)
+os.makedirs(os.path.join(C, "regex"), exist_ok=True)
+for i, case in enumerate(schema_corpus.CASES):
+    put("jsonschema", "%02d" % i, json.dumps(case["schema"]))
+    pat = case["schema"].get("pattern") if isinstance(case["schema"], dict) else None
+    if pat:
+        put("regex", "pattern-%02d" % i, pat)
+put("jsonschema", "rf-text", '{"type":"text"}')
+put("jsonschema", "rf-object", '{"type":"json_object"}')
+put("jsonschema", "rf-schema", json.dumps({"type": "json_schema", "json_schema": {
+    "name": "p", "strict": True, "schema": schema_corpus.PERSON}}))
+for name, rx in [("email", "[a-z0-9._]+@[a-z]+\\.(com|org|net)"), ("phone", "^\\+?\\d{1,3}[ -]?\\d{6,10}$"),
+                 ("classes", "[^\\s\\d][\\w-]*\\.?(?:x|y){2,5}"), ("unicode", "caf\u00e9|\u6771\u4eac+"),
+                 ("bad", "(a|b"), ("lookahead", "a(?=b)")]:
+    put("regex", name, rx)
+put("regex", "choices", "yes\0no\0maybe")
+put("regex", "choices-dup", "a\0b\0a")
