@@ -4,7 +4,8 @@
  * A call keeps a window of requests in flight (ordinary, non-async slots,
  * marked slot->bulk), refilling it as results arrive so the engine can
  * batch them, and returns one row per input in input order.  If anything
- * fails, the error cleanup cancels every request still in flight.
+ * fails, the error cleanup cancels every request still in flight.  The
+ * backend's memory does not grow with the number of inputs (many_common).
  *
  * The windows count against the slot budget of asynchronous requests
  * (async.c: OpusAsyncCap, OpusAsyncRoleCap), so set-based calls never take
@@ -86,33 +87,74 @@ many_cleanup(int code, Datum arg)
 	ms->n_inflight = 0;
 }
 
-/* One input of a set-based call, its outcome once finished. */
+/*
+ * A finished row waiting for the rows before it (results come back in any
+ * order, rows go out in input order).
+ */
 typedef struct ManyRow
 {
-	bool		null_input;
+	bool		done;
 	char	   *output;
 	uint8		finish;
 	int32		n_prompt;
 	int32		n_completion;
 } ManyRow;
 
+/*
+ * How many rows past the first unfinished one may be in flight or waiting,
+ * in windows: bounds the backend's memory whatever the number of inputs
+ * (a slow first row holds back submissions, not memory).
+ */
+#define MANY_REORDER_WINDOWS 4
+
+/* Parse and check one input into req (allocations in the current context). */
+static void
+parse_item(uint8 kind, Datum elem, const OpusRequest *proto, bool random_seed,
+		   OpusRequest *req)
+{
+	*req = *proto;
+	if (kind == OPUS_KIND_CHAT)
+		OpusParseMessages(DatumGetJsonbP(elem), req);
+	else
+	{
+		text	   *t = DatumGetTextPP(elem);
+
+		req->text = OpusTextToUtf8(VARDATA_ANY(t), VARSIZE_ANY_EXHDR(t), &req->text_len);
+		OpusCheckPromptSize(req->text_len, "prompt is");
+	}
+	if (random_seed)
+		req->params.seed = pg_prng_uint64(&pg_global_prng_state);
+	OpusCheckRequestSize(req);
+}
+
+/*
+ * Memory stays flat whatever the number of inputs: the inputs are checked
+ * one by one (nothing kept), parsed again when submitted, and rows go to
+ * the tuplestore (which spills to disk beyond work_mem) as soon as every
+ * row before them is done; at most MANY_REORDER_WINDOWS windows of rows are
+ * in flight or waiting.
+ */
 static Datum
 many_common(FunctionCallInfo fcinfo, uint8 kind)
 {
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 	ArrayType  *arr;
-	Datum	   *elems;
-	bool	   *nulls;
+	ArrayIterator it;
+	Datum		elem;
+	bool		isnull;
 	int			n;
 	int			window;
+	int			span;
 	bool		random_seed = OpusArgIsNull(fcinfo, "seed");
 	int			window_arg = OpusArgNo(fcinfo, "window");
 	OpusRequest proto;
-	OpusRequest *reqs;
+	OpusRequest req;
 	ManyRow    *rows;
 	ManyState  *ms;
+	MemoryContext item_cxt;
+	MemoryContext old_cxt;
 	int			next = 0;
-	int			n_done = 0;
+	int			emitted = 0;
 	int			k;
 
 	OpusCheckPreloaded();
@@ -125,10 +167,7 @@ many_common(FunctionCallInfo fcinfo, uint8 kind)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("%s must be a one-dimensional array", kind == OPUS_KIND_CHAT ? "conversations" : "prompts")));
-	if (kind == OPUS_KIND_CHAT)
-		deconstruct_array(arr, JSONBOID, -1, false, TYPALIGN_INT, &elems, &nulls, &n);
-	else
-		deconstruct_array(arr, TEXTOID, -1, false, TYPALIGN_INT, &elems, &nulls, &n);
+	n = ArrayGetNItems(ARR_NDIM(arr), ARR_DIMS(arr));
 
 	if (window_arg < 0 || PG_ARGISNULL(window_arg))
 		window = Min(16, Max(1, OpusAsyncCap()));
@@ -144,58 +183,61 @@ many_common(FunctionCallInfo fcinfo, uint8 kind)
 	/* a window beyond the role's share of the budget would only wait */
 	window = Min(window, Max(1, OpusAsyncRoleCap()));
 	window = Min(window, OpusShared->n_slots);
+	span = window * MANY_REORDER_WINDOWS;
 
-	/* Validate everything before queuing anything. */
+	/* Validate everything before queuing anything, keeping nothing. */
 	memset(&proto, 0, sizeof(proto));
 	proto.kind = kind;
 	OpusParseOptions(fcinfo, &proto);
 	OpusParseModelArg(fcinfo, &proto);
-	reqs = palloc0(sizeof(OpusRequest) * Max(n, 1));
-	rows = palloc0(sizeof(ManyRow) * Max(n, 1));
-	for (k = 0; k < n; k++)
+	item_cxt = AllocSetContextCreate(CurrentMemoryContext, "opus_pg set-based input",
+									 ALLOCSET_DEFAULT_SIZES);
+	it = array_create_iterator(arr, 0, NULL);
+	for (k = 0; array_iterate(it, &elem, &isnull); k++)
 	{
-		reqs[k] = proto;
-		if (nulls[k])
+		if (isnull)
 			ereport(ERROR,
 					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
 					 errmsg("%s %d must not be null", kind == OPUS_KIND_CHAT ? "conversation" : "prompt", k + 1)));
-		if (kind == OPUS_KIND_CHAT)
-			OpusParseMessages(DatumGetJsonbP(elems[k]), &reqs[k]);
-		else
-		{
-			text	   *t = DatumGetTextPP(elems[k]);
-
-			reqs[k].text = OpusTextToUtf8(VARDATA_ANY(t), VARSIZE_ANY_EXHDR(t), &reqs[k].text_len);
-			OpusCheckPromptSize(reqs[k].text_len, "prompt is");
-		}
-		if (random_seed)
-			reqs[k].params.seed = pg_prng_uint64(&pg_global_prng_state);
-		OpusCheckRequestSize(&reqs[k]);
+		old_cxt = MemoryContextSwitchTo(item_cxt);
+		parse_item(kind, elem, &proto, false, &req);
+		MemoryContextSwitchTo(old_cxt);
+		MemoryContextReset(item_cxt);
 	}
+	array_free_iterator(it);
 
+	InitMaterializedSRF(fcinfo, 0);
+	rows = palloc0(sizeof(ManyRow) * span);
 	ms = palloc0(sizeof(ManyState));
 	ms->window = window;
 	ms->input = palloc(sizeof(int) * window);
 	ms->ids = palloc(sizeof(uint64) * window);
+	it = array_create_iterator(arr, 0, NULL);
 
 	PG_ENSURE_ERROR_CLEANUP(many_cleanup, PointerGetDatum(ms));
 	{
-		while (n_done < n)
+		while (emitted < n)
 		{
 			bool		progressed = false;
 
 			/* Fill the window with whatever slots are free. */
-			while (ms->n_inflight < window && next < n)
+			while (ms->n_inflight < window && next < n && next < emitted + span)
 			{
 				uint64		id;
 				int			index = claim_bulk(kind, &id, ms->n_inflight == 0);
 
 				if (index < 0)
 					break;
+				if (!array_iterate(it, &elem, &isnull) || isnull)
+					elog(ERROR, "opus_pg: input %d of a set-based call went missing", next + 1);
 				ms->input[ms->n_inflight] = next;
 				ms->ids[ms->n_inflight] = id;
 				ms->n_inflight++;
-				OpusSubmitSlot(OpusGetSlot(index), &reqs[next], GetCurrentTimestamp());
+				old_cxt = MemoryContextSwitchTo(item_cxt);
+				parse_item(kind, elem, &proto, random_seed, &req);
+				OpusSubmitSlot(OpusGetSlot(index), &req, GetCurrentTimestamp());
+				MemoryContextSwitchTo(old_cxt);
+				MemoryContextReset(item_cxt);
 				next++;
 			}
 
@@ -208,7 +250,7 @@ many_common(FunctionCallInfo fcinfo, uint8 kind)
 				int			err_code;
 				char		err_message[OPUS_PROTO_MSG_LEN];
 				char		err_detail[OPUS_PROTO_MSG_LEN];
-				ManyRow    *row = &rows[ms->input[k]];
+				ManyRow    *row = &rows[ms->input[k] % span];
 
 				SpinLockAcquire(&slot->mutex);
 				st = slot->state;
@@ -232,10 +274,31 @@ many_common(FunctionCallInfo fcinfo, uint8 kind)
 				row->finish = res.finish;
 				row->n_prompt = res.n_prompt;
 				row->n_completion = res.n_completion;
-				n_done++;
+				row->done = true;
 				progressed = true;
 			}
-			if (progressed || n_done == n)
+
+			/* Rows whose predecessors are all done go out, in input order. */
+			while (emitted < n && rows[emitted % span].done)
+			{
+				ManyRow    *row = &rows[emitted % span];
+				Datum		values[5];
+				bool		vnulls[5];
+
+				memset(vnulls, 0, sizeof(vnulls));
+				values[0] = Int32GetDatum(emitted + 1);
+				values[1] = CStringGetTextDatum(row->output);
+				values[2] = CStringGetTextDatum(row->finish == OPUS_PROTO_FINISH_LENGTH ? "length" : "stop");
+				values[3] = Int32GetDatum(row->n_prompt);
+				values[4] = Int32GetDatum(row->n_completion);
+				tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, vnulls);
+				pfree(DatumGetPointer(values[1]));
+				pfree(DatumGetPointer(values[2]));
+				pfree(row->output);
+				memset(row, 0, sizeof(*row));
+				emitted++;
+			}
+			if (progressed || emitted == n)
 				continue;
 
 			/*
@@ -261,21 +324,8 @@ many_common(FunctionCallInfo fcinfo, uint8 kind)
 		}
 	}
 	PG_END_ENSURE_ERROR_CLEANUP(many_cleanup, PointerGetDatum(ms));
-
-	InitMaterializedSRF(fcinfo, 0);
-	for (k = 0; k < n; k++)
-	{
-		Datum		values[5];
-		bool		vnulls[5];
-
-		memset(vnulls, 0, sizeof(vnulls));
-		values[0] = Int32GetDatum(k + 1);
-		values[1] = CStringGetTextDatum(rows[k].output);
-		values[2] = CStringGetTextDatum(rows[k].finish == OPUS_PROTO_FINISH_LENGTH ? "length" : "stop");
-		values[3] = Int32GetDatum(rows[k].n_prompt);
-		values[4] = Int32GetDatum(rows[k].n_completion);
-		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, vnulls);
-	}
+	array_free_iterator(it);
+	MemoryContextDelete(item_cxt);
 	return (Datum) 0;
 }
 
