@@ -17,7 +17,7 @@
 #include "runtime/scheduler.h"
 #include "unit.h"
 
-#define MAX_REQ 16
+#define MAX_REQ 32
 #define TEXT_CAP 8192
 
 struct got
@@ -1234,6 +1234,81 @@ test_fair_share(void)
 	opus_ctx_free(c);
 }
 
+/*
+ * Weights: tenants of weight 3 and 1 each queue 12 requests of a 96-token
+ * prompt (each its own, so no prefix is shared) and 4 generated tokens
+ * before the first step, on a pool of 15 blocks: two requests at a time,
+ * and none grows past the 7 blocks it is admitted with, so the pool never
+ * runs out mid-request and only fair share decides who runs.  While both
+ * are backlogged the first gets about three times the service: of the
+ * requests finished by the time its backlog is done, its share is 0.75
+ * (0.62 to 0.88 allowed: the fair-share margin, 64 virtual tokens, lets
+ * either tenant run half a request ahead).  No clock is involved.
+ */
+#define FAIR_N 12
+#define FAIR_PROMPT 96
+
+static void
+test_fair_weights(void)
+{
+	static const char *words = "one two three four five six seven eight nine ten eleven twelve "
+		"thirteen fourteen fifteen sixteen seventeen eighteen nineteen twenty twenty-one "
+		"twenty-two twenty-three twenty-four twenty-five twenty-six twenty-seven";
+	struct opus_ctx *c = make_ctx(16, 15, 64, 256);
+	struct collector *col;
+	struct opus_sched *s = NULL;
+	struct opus_error err = {0};
+	int			last1 = -1;
+	int			before = 0;
+	char		seq[2 * FAIR_N + 1] = {0};
+	double		share;
+	struct opus_sched_stats st;
+
+	if (!c)
+		return;
+	col = calloc(1, sizeof(*col));
+	CHECK(opus_sched_create(c, on_event, col, &s, &err) == OPUS_OK, "create");
+	for (int i = 0; s && i < 2 * FAIR_N; i++)
+	{
+		struct opus_gen_params p = gen(4, 0.0f, 0, 0);
+		char		buf[1024];
+		int32_t		toks[256];
+		int			nt;
+
+		snprintf(buf, sizeof(buf), "Request %d. Count from %d: %s %s %s", i, i * 7, words, words, words);
+		nt = encode(buf, toks, 256);
+		CHECK(nt >= FAIR_PROMPT, "prompt %d has %d tokens", i, nt);
+		p.ignore_eos = true;
+		p.tenant = i % 2 ? 2 : 1;
+		p.weight = i % 2 ? 1 : 3;
+		p.cache_scope = p.tenant;
+		CHECK(opus_sched_submit(s, 300 + (uint64_t) i, toks, FAIR_PROMPT, &p, &err) == OPUS_OK,
+			  "submit %d", i);
+	}
+	if (s)
+		run_all(s, 8000);
+	CHECK(col->n_done == 2 * FAIR_N, "weights: all %d finished (%d)", 2 * FAIR_N, col->n_done);
+	for (int i = 0; i < col->n_done && i < 2 * FAIR_N; i++)
+	{
+		bool		w1 = (col->done_order[i] - 300) % 2 == 1;
+
+		seq[i] = w1 ? 'b' : 'a';
+		if (!w1)
+			last1 = i;
+	}
+	for (int i = 0; i < last1; i++)
+		before += seq[i] == 'b';
+	share = (double) FAIR_N / (FAIR_N + before);
+	opus_sched_get_stats(s, &st);
+	printf("weights 3:1: finish order %s (a: weight 3), share %.3f, preemptions %lld\n", seq, share,
+		   (long long) st.preemptions);
+	CHECK(share >= 0.62 && share <= 0.88,
+		  "weights 3:1: the weight-3 tenant's share %.3f (target 0.75)", share);
+	opus_sched_free(s);
+	free(col);
+	opus_ctx_free(c);
+}
+
 /* n tokens of a repetitive text (n <= 240) into toks. */
 static int
 filler(int32_t *toks, int n)
@@ -1413,6 +1488,7 @@ main(void)
 	test_aging();
 	test_cache_scope();
 	test_fair_share();
+	test_fair_weights();
 	test_no_hol();
 	test_step_target();
 	opus_model_free(model);

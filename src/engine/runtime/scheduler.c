@@ -130,6 +130,7 @@ struct sched_req
 	int32_t		n_tokens;
 	int32_t		max_tokens;
 	int32_t		n_cached;		/* prompt tokens from the prefix cache */
+	int32_t		n_charged;		/* positions its tenant was charged for computing */
 	struct opus_seq seq;
 	uint64_t   *hashes;			/* chain hashes of full token blocks [0, n_hashed) */
 	int32_t		n_hashed;
@@ -1465,21 +1466,33 @@ opus_sched_step(struct opus_sched *s, struct opus_error *err)
 		return OPUS_OK;
 	}
 
+	/*
+	 * Charge the service: each position a request computes for the first
+	 * time (a prompt token 1, a generated one 2).  Recomputing positions
+	 * after a preemption is not charged again: the tenant did not choose
+	 * it, and charging it would let preemptions starve the victim's tenant.
+	 */
 	for (int i = 0; i < n_items; i++)
 	{
-		struct sched_tenant *t = &s->tenants[s->item_req[i]->tenant];
+		struct sched_req *r = s->item_req[i];
+		struct sched_tenant *t = &s->tenants[r->tenant];
+		int32_t		end = r->seq.n_pos;	/* forward advanced it past the item */
+		int32_t		start = end - s->items[i].n_tokens;
+		int32_t		gen_from;
 		double		cost;
 
 		if (s->items[i].n_tokens == 1 && s->items[i].logits)
-		{
 			n_decode++;
-			cost = 2.0;
-		}
 		else
-		{
 			n_prefill += s->items[i].n_tokens;
-			cost = (double) s->items[i].n_tokens;
-		}
+		if (start < r->n_charged)
+			start = r->n_charged;
+		if (end <= start)
+			continue;
+		/* positions past the prompt were generated: each counts twice */
+		gen_from = start > r->n_prompt ? start : r->n_prompt;
+		cost = (double) (end - start) + (double) (end > gen_from ? end - gen_from : 0);
+		r->n_charged = end;
 		t->vtc += cost / (double) t->weight;
 	}
 	for (int i = 0; i < n_items; i++)
