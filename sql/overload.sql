@@ -58,3 +58,26 @@ SELECT steps AS steps_before, prompt_tokens AS prompt_before FROM pg_stat_opus_e
 SELECT opus_generate('Counters after one token', max_tokens => 1, temperature => 0) IS NOT NULL AS generated;
 SELECT overload_wait(format('SELECT steps > %s AND prompt_tokens > %s FROM pg_stat_opus_engine',
                             :steps_before, :prompt_before)) AS counters_fresh;
+
+-- DROP EXTENSION refuses while the database has batch jobs or asynchronous
+-- requests nobody has read; CASCADE, or dropping them first, goes through.
+\set regress_db :DBNAME
+CREATE DATABASE regress_overload_drop;
+\c regress_overload_drop
+SET client_min_messages = warning;
+CREATE EXTENSION opus_pg;
+CREATE TABLE drop_src (id integer PRIMARY KEY, body text);
+SELECT opus_job_create('drop_job', 'drop_src', '{id}', '{{body}}', 'drop_out') > 0 AS created;
+DROP EXTENSION opus_pg;
+SELECT opus_job_drop('drop_job');
+SELECT opus_submit('Hi', max_tokens => 1, temperature => 0) AS req \gset
+DROP EXTENSION opus_pg;
+SELECT length(opus_result(:req)) >= 0 AS read;
+DROP EXTENSION opus_pg;
+SELECT count(*) AS extensions FROM pg_extension WHERE extname = 'opus_pg';
+-- CASCADE drops them all the same.
+CREATE EXTENSION opus_pg;
+SELECT opus_job_create('drop_job', 'drop_src', '{id}', '{{body}}', 'drop_out2') > 0 AS created;
+DROP EXTENSION opus_pg CASCADE;
+\c :regress_db
+DROP DATABASE regress_overload_drop;

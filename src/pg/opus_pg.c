@@ -78,4 +78,5 @@ _PG_init(void)
 	shmem_startup_hook = opus_shmem_startup;
 	OpusRegisterSupervisor();
 	OpusRegisterLogger();
+	OpusRegisterDropGuard();
 }

@@ -350,6 +350,9 @@ extern void OpusParseModelArg(FunctionCallInfo fcinfo, OpusRequest *req);
 extern int	OpusParseToolCalls(const char *content, size_t len, const char *id_prefix,
 							   StringInfo calls, char **rest);
 
+/* ---- DROP EXTENSION guard (dropguard.c) ---- */
+extern void OpusRegisterDropGuard(void);
+
 /* ---- asynchronous requests (async.c) ---- */
 
 extern int	opus_max_async_requests;
