@@ -9,7 +9,14 @@
  *
  *   test_json_schema --convert schema|rf|regex < input
  *
- * prints the grammar, or "ERROR <status>: <message>" and exits 1.
+ * prints the grammar, or "ERROR <status>: <message>" and exits 1;
+ *
+ *   test_json_schema --match GRAMMAR_FILE < lines
+ *
+ * compiles the grammar with the engine's compiler (grammar.h) and prints,
+ * for each input line (a JSON text without raw newlines), 1 when the
+ * automaton accepts the whole line and 0 when not; "ERROR <message>" and
+ * exit 1 when the grammar does not compile.
  * Without arguments: the unit checks below (shapes of the output, every
  * error path, limits).
  */
@@ -18,6 +25,7 @@
 #include <string.h>
 
 #include "unit.h"
+#include "text/grammar.h"
 #include "text/json_schema.h"
 #include "text/regex_gbnf.h"
 
@@ -62,6 +70,42 @@ convert_main(const char *kind)
 	if (out != NULL)
 		fputs(out, stdout);
 	free(out);
+	return 0;
+}
+
+static int
+match_main(const char *path)
+{
+	FILE	   *f = fopen(path, "rb");
+	char	   *g,
+			   *line = NULL;
+	long		n;
+	size_t		cap = 0;
+	ssize_t		len;
+	struct opus_grammar_error gerr = {0};
+	opus_grammar *gr;
+
+	if (f == NULL || fseek(f, 0, SEEK_END) != 0 || (n = ftell(f)) < 0 || fseek(f, 0, SEEK_SET) != 0)
+		return 2;
+	g = malloc((size_t) n + 1);
+	if (g == NULL || fread(g, 1, (size_t) n, f) != (size_t) n)
+		return 2;
+	fclose(f);
+	gr = opus_grammar_compile(g, (size_t) n, &gerr);
+	free(g);
+	if (gr == NULL)
+	{
+		printf("ERROR %s\n", gerr.msg);
+		return 1;
+	}
+	while ((len = getline(&line, &cap, stdin)) >= 0)
+	{
+		if (len > 0 && line[len - 1] == '\n')
+			len--;
+		printf("%d\n", opus_grammar_matches(gr, line, (size_t) len) ? 1 : 0);
+	}
+	free(line);
+	opus_grammar_free(gr);
 	return 0;
 }
 
@@ -197,6 +241,8 @@ main(int argc, char **argv)
 {
 	if (argc == 3 && strcmp(argv[1], "--convert") == 0)
 		return convert_main(argv[2]);
+	if (argc == 3 && strcmp(argv[1], "--match") == 0)
+		return match_main(argv[2]);
 
 	/* shapes */
 	schema_case("{\"type\":\"string\"}", OPUS_OK, "root-value ::= string");

@@ -9,17 +9,22 @@ For every case:
      a grammar, and an independent GBNF recogniser (gbnf_match.py) must
      accept the canonical JSON text of every valid instance and reject
      every invalid one;
-  3. where llama-cpp-python and the default model are there, llama.cpp's
+  3. the engine's grammar compiler (grammar.h, through the same binary's
+     --match mode) must compile the grammar, and its automaton must accept
+     every valid instance and reject every invalid one;
+  4. where llama-cpp-python and the default model are there, llama.cpp's
      own GBNF parser must accept the grammar (llama_sampler_init_grammar);
-  4. error cases must fail with the status and words given.
+  5. error cases must fail with the status and words given.
 
 Usage: check.py [converter binary] (default build/unit/test_json_schema).
 Exits non-zero on any failure; prints one line per failure and a summary.
 """
 import json
 import os
+import re
 import subprocess
 import sys
+import tempfile
 
 import jsonschema
 
@@ -39,6 +44,24 @@ def convert(binary, kind, text):
     if p.returncode == 1 and out.startswith('ERROR '):
         return False, out[6:].strip()
     raise RuntimeError('converter crashed (rc %d): %s' % (p.returncode, p.stderr.decode()[-2000:]))
+
+
+def automaton(binary, grammar, texts):
+    """What the engine's automaton says of each text: a list of bools, or an error string."""
+    with tempfile.NamedTemporaryFile('w', suffix='.gbnf', delete=False) as f:
+        f.write(grammar)
+        path = f.name
+    try:
+        p = subprocess.run([binary, '--match', path], input=''.join(t + '\n' for t in texts).encode(),
+                           capture_output=True)
+    finally:
+        os.unlink(path)
+    out = p.stdout.decode()
+    if p.returncode == 1 and out.startswith('ERROR '):
+        return out[6:].strip()
+    if p.returncode != 0:
+        raise RuntimeError('matcher crashed (rc %d): %s' % (p.returncode, p.stderr.decode()[-2000:]))
+    return [x == '1' for x in out.split()]
 
 
 def llama_parser():
@@ -85,7 +108,7 @@ def main():
     binary = sys.argv[1] if len(sys.argv) > 1 else os.path.join(ROOT, 'build', 'unit', 'test_json_schema')
     llama_ok = llama_parser()
     fails = []
-    n_schemas = n_inst = n_err = 0
+    n_schemas = n_inst = n_err = n_auto = 0
     names = set()
     for case in corpus.CASES:
         name = case['name']
@@ -113,6 +136,17 @@ def main():
             continue
         if llama_ok is not None and not llama_ok(out):
             fails.append("%s: llama.cpp's parser refuses the grammar:\n%s" % (name, out))
+        texts = [canonical(x) for x in case.get('valid', []) + case.get('invalid', [])]
+        want = [True] * len(case.get('valid', [])) + [False] * len(case.get('invalid', []))
+        got = automaton(binary, out, texts)
+        if isinstance(got, str):
+            fails.append("%s: the engine's grammar compiler refuses the grammar: %s\n%s" % (name, got, out))
+        else:
+            n_auto += len(got)
+            for t, w, g in zip(texts, want, got):
+                if w != g:
+                    fails.append("%s: the engine's automaton %s %s %s" % (
+                        name, 'rejects' if w else 'accepts', 'valid' if w else 'invalid', t))
         for inst in case.get('valid', []):
             n_inst += 1
             if not v.is_valid(inst):
@@ -125,10 +159,30 @@ def main():
                 fails.append('%s: corpus error: jsonschema accepts invalid %s' % (name, canonical(inst)))
             if m.accepts(canonical(inst)):
                 fails.append('%s: grammar accepts invalid %s' % (name, canonical(inst)))
+    n_rx = 0
+    for rx, strings in corpus.REGEXES:
+        ok, out = convert(binary, 'regex', rx)
+        if not ok:
+            fails.append('regex %r: conversion failed: %s' % (rx, out))
+            continue
+        m = gbnf_match.Matcher(out)
+        got = automaton(binary, out, strings)
+        if isinstance(got, str):
+            fails.append("regex %r: the engine's grammar compiler refuses the grammar: %s" % (rx, got))
+            got = [None] * len(strings)
+        for s_, g in zip(strings, got):
+            n_rx += 1
+            want = re.fullmatch(rx, s_) is not None
+            if m.accepts(s_) != want:
+                fails.append('regex %r: grammar %s %r' % (rx, 'rejects' if want else 'accepts', s_))
+            if '\n' not in s_ and g is not None and g != want:
+                fails.append("regex %r: the engine's automaton %s %r" % (rx, 'rejects' if want else 'accepts', s_))
     for f in fails:
         print('FAIL', f)
-    print('json_schema corpus: %d schemas, %d instances, %d error cases, llama.cpp parser %s: %d failed'
-          % (n_schemas, n_inst, n_err, 'used' if llama_ok else 'not available', len(fails)))
+    print('json_schema corpus: %d schemas, %d instances (%d through the engine automaton), %d error cases, '
+          'llama.cpp parser %s; %d regexes, %d strings against re.fullmatch: %d failed'
+          % (n_schemas, n_inst, n_auto, n_err, 'used' if llama_ok else 'not available',
+             len(corpus.REGEXES), n_rx, len(fails)))
     return 1 if fails else 0
 
 

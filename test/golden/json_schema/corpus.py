@@ -328,3 +328,23 @@ CASES = [
         lambda f, n: {"type": "array", "items": f(f, n - 1)} if n else {"type": "string"}))(),
          error=("capacity", "nested more than 64")),
 ]
+
+# Regular expressions (the `regex` constraint): each string must match the
+# grammar exactly when Python's re.fullmatch says it matches.
+REGEXES = [
+    ("[a-z]+@[a-z]+\\.(com|org)", ["ab@cd.com", "x@y.org", "ab@cd.net", "@cd.com", "AB@cd.com", ""]),
+    ("^\\d{3}-\\d{4}$", ["555-1234", "55-1234", "555-12345", "abc-defg"]),
+    ("(yes|no|maybe)", ["yes", "no", "maybe", "yesno", "", "Yes"]),
+    ("a{2,4}b?", ["aa", "aaaa", "aaab", "a", "aaaaa", "aab", "b"]),
+    ("[^aeiou\\s]+", ["xyz", "bcd", "abc", "x y", ""]),
+    ("\\w+(\\.\\w+)*", ["a.b.c", "abc", "a..b", ".a", "a_b.c9"]),
+    ("-?(0|[1-9]\\d*)(\\.\\d+)?", ["0", "-12.5", "012", "1.", "3.14159", "-0"]),
+    ("(?:ab)+c*", ["ab", "ababcc", "abc", "a", "ba"]),
+    ("caf\u00e9|\u6771\u4eac+", ["caf\u00e9", "\u6771\u4eac\u4eac", "cafe", "\u6771"]),
+    ("x.y", ["xay", "x\u00e9y", "x\ny", "xy"]),
+    ("[0-9a-fA-F]{2}(:[0-9a-fA-F]{2}){5}", ["00:1a:2B:3c:4d:5e", "00:1a:2B:3c:4d", "0g:1a:2B:3c:4d:5e"]),
+    ("\\(\\d+\\)\\s\\[[A-Z]\\]", ["(12) [Q]", "(12)[Q]", "(x) [Q]"]),
+    ("(red|green)? ?(apple|pear)s{0,1}", ["red apple", "pears", " pear", "green apples", "blue apple"]),
+    ("[+\\-*/]{1,3}", ["+", "-*/", "+-*/", "a"]),
+    ("\\x41\\u00e9\\t", ["A\u00e9\t", "A\u00e9 ", "a\u00e9\t"]),
+]
