@@ -6,6 +6,7 @@
  *
  *   run       cli_run.c      generate a completion for a prompt
  *   bench     cli_run.c      prefill / decode tokens per second
+ *   embed     cmd_embed.c    sentence embeddings from an encoder model
  *   quantize  cmd_quantize.c write a GGUF in another tensor type
  *   serve     cmd_serve.c    the supervisor's engine (protocol on a socket fd)
  *   logits    cli_run.c      dump top logits for goldens / tests
@@ -18,6 +19,7 @@ int			opus_cli_run(int argc, char **argv);
 int			opus_cli_bench(int argc, char **argv);
 int			opus_cli_logits(int argc, char **argv);
 int			opus_cli_quantize(int argc, char **argv);
+int			opus_cli_embed(int argc, char **argv);
 int			opus_cli_serve(int argc, char **argv);
 int			opus_cli_genmodel(int argc, char **argv);
 

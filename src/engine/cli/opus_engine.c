@@ -17,6 +17,7 @@ usage(FILE *f)
 			"commands:\n"
 			"  run       --model FILE --prompt TEXT [-n N] [--temp T] [--seed S] [--chat] [--threads N]\n"
 			"  bench     --model FILE [--prompt-tokens N] [--gen-tokens N] [--threads N]\n"
+			"  embed     --model FILE [--threads N] (--input FILE | TEXT...) (encoder models)\n"
 			"  quantize  IN.gguf OUT.gguf TYPE\n"
 			"  genmodel  --shape NAME --type TYPE --out FILE [--seed S] [--layers N]\n"
 			"            (random weights, real shapes: tiny tiny-moe smollm2-135m llama3-8b mixtral-moe)\n"
@@ -36,6 +37,7 @@ main(int argc, char **argv)
 	}			cmds[] = {
 		{"run", opus_cli_run},
 		{"bench", opus_cli_bench},
+		{"embed", opus_cli_embed},
 		{"quantize", opus_cli_quantize},
 		{"logits", opus_cli_logits},
 		{"serve", opus_cli_serve},

@@ -378,6 +378,7 @@ attend_one(struct opus_encoder *e, int it, int head, float *scores)
 				n = e->items[it].n_tokens,
 				t0 = e->start[it];
 	float		scale = 1.0f / sqrtf((float) hd);
+	opus_vec_dot_fn dot = opus_qtype_info(OPUS_TYPE_F32)->vec_dot;
 
 	for (int i = 0; i < n; i++)
 	{
@@ -389,12 +390,7 @@ attend_one(struct opus_encoder *e, int it, int head, float *scores)
 
 		for (int j = 0; j < n; j++)
 		{
-			const float *kj = e->k + (size_t) (t0 + j) * E + head * hd;
-			float		s = 0.0f;
-
-			for (int d = 0; d < hd; d++)
-				s += qi[d] * kj[d];
-			scores[j] = s * scale;
+			scores[j] = dot(hd, e->k + (size_t) (t0 + j) * E + head * hd, qi) * scale;
 			if (scores[j] > mx)
 				mx = scores[j];
 		}

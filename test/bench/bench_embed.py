@@ -1,0 +1,52 @@
+#!/usr/bin/env python3
+"""bench_embed.py - the two halves of test/bench/bench_embed.sh.
+
+  bench_embed.py texts DIR       write DIR/short.txt (1,000 texts of 10-60
+                                 tokens) and DIR/long.txt (200 of ~400)
+  bench_embed.py llama MODEL FILE THREADS
+                                 embed FILE's lines with llama-cpp-python
+                                 (llama.cpp, all inputs in one embed() call,
+                                 batched across inputs up to 2,048 tokens)
+                                 and print "seconds texts tokens"
+"""
+import random
+import sys
+import time
+
+WORDS = ("the database index query planner table row column vacuum buffer cache "
+         "transaction commit rollback replica network latency model embedding vector "
+         "search ranking document sentence paragraph language token encoder layer "
+         "attention weight matrix product memory thread process kernel schedule "
+         "request session tenant budget quota priority stream result error message "
+         "garden river mountain winter summer coffee bread music violin concert "
+         "football marathon telescope galaxy planet comet orbit station").split()
+
+
+def make_texts(d):
+    rng = random.Random(19)
+    with open(f"{d}/short.txt", "w") as f:
+        for _ in range(1000):
+            f.write(" ".join(rng.choice(WORDS) for _ in range(rng.randint(8, 55))).capitalize()
+                    + ".\n")
+    with open(f"{d}/long.txt", "w") as f:
+        for _ in range(200):
+            f.write(" ".join(rng.choice(WORDS) for _ in range(rng.randint(380, 410))).capitalize()
+                    + ".\n")
+
+
+def llama(model, path, threads):
+    from llama_cpp import Llama
+    texts = [l.rstrip("\n") for l in open(path)]
+    llm = Llama(model_path=model, embedding=True, n_ctx=2048, n_batch=2048, n_ubatch=2048,
+                n_threads=threads, n_threads_batch=threads, verbose=False)
+    llm.embed(texts[:4])                  # warm up
+    t0 = time.monotonic()
+    _, ntok = llm.embed(texts, normalize=True, return_count=True)
+    print(f"{time.monotonic() - t0:.4f} {len(texts)} {ntok}")
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "texts":
+        make_texts(sys.argv[2])
+    else:
+        llama(sys.argv[2], sys.argv[3], int(sys.argv[4]))
