@@ -30,7 +30,13 @@
 #            opus_pg comes back: engine ready, slots free, no log row left
 #            'running'.
 #
-# Environment: DURATION (s, default 180), CLIENTS (32), MAX_REQUESTS
+# TENANTS=2 splits the clients between two roles (ledger_client and
+# ledger_client2, equal weights) and the ledger must balance for each role
+# on its own (pg_stat_opus and opus_requests are per role); it also prints
+# each role's share of the completed calls and tokens against its fair
+# share (50%).
+#
+# Environment: DURATION (s, default 180), CLIENTS (32), TENANTS (1), MAX_REQUESTS
 # (opus.max_requests, default 16), ENGINE_KILLS (2), BACKEND_KILL (1),
 # PORT (5488), PG_CONFIG, KEEP=1 keeps the cluster directory.
 # Run as root, it runs itself as the postgres user.  Exit status: 0 when the
@@ -45,7 +51,7 @@ if [ "$(id -u)" = 0 ]; then
 	rc=0
 	runuser -u postgres -- env DURATION="${DURATION:-}" CLIENTS="${CLIENTS:-}" \
 		MAX_REQUESTS="${MAX_REQUESTS:-}" ENGINE_KILLS="${ENGINE_KILLS:-}" \
-		BACKEND_KILL="${BACKEND_KILL:-}" PORT="${PORT:-}" KEEP="${KEEP:-}" \
+		BACKEND_KILL="${BACKEND_KILL:-}" PORT="${PORT:-}" KEEP="${KEEP:-}" TENANTS="${TENANTS:-}" \
 		PG_CONFIG="${PG_CONFIG:-}" bash "$tmp" || rc=$?
 	rm -f "$tmp"
 	exit $rc
@@ -53,6 +59,9 @@ fi
 
 DURATION=${DURATION:-180}
 CLIENTS=${CLIENTS:-32}
+TENANTS=${TENANTS:-1}
+ROLES=(ledger_client)
+[ "$TENANTS" = 2 ] && ROLES=(ledger_client ledger_client2)
 MAX_REQUESTS=${MAX_REQUESTS:-16}
 ENGINE_KILLS=${ENGINE_KILLS:-2}
 BACKEND_KILL=${BACKEND_KILL:-1}
@@ -105,8 +114,10 @@ EOF
 q "CREATE EXTENSION opus_pg" || exit 1
 "${PSQL[@]}" <<'EOF' || exit 1
 CREATE ROLE ledger_client LOGIN;
+CREATE ROLE ledger_client2 LOGIN;
 CREATE TABLE outcome (
     id bigserial PRIMARY KEY,
+    tenant name DEFAULT current_user,
     client int,
     kind text,
     outcome text,      -- completed | cancelled | rejected | failed | other
@@ -114,8 +125,8 @@ CREATE TABLE outcome (
     message text,
     started_at timestamptz,
     finished_at timestamptz);
-GRANT INSERT, SELECT ON outcome TO ledger_client;
-GRANT USAGE ON SEQUENCE outcome_id_seq TO ledger_client;
+GRANT INSERT, SELECT ON outcome TO ledger_client, ledger_client2;
+GRANT USAGE ON SEQUENCE outcome_id_seq TO ledger_client, ledger_client2;
 CREATE TABLE memory (at timestamptz DEFAULT clock_timestamp(), engine_pid int, rss bigint,
                      busy_slots int, kv_used bigint, running int, queue_depth int);
 
@@ -158,7 +169,7 @@ BEGIN
     END IF;
     RETURN res;
 END $$;
-GRANT EXECUTE ON FUNCTION ledger_call(int, int) TO ledger_client;
+GRANT EXECUTE ON FUNCTION ledger_call(int, int) TO ledger_client, ledger_client2;
 EOF
 
 cat >"$DIR/mix.sql" <<'EOF'
@@ -193,9 +204,12 @@ restarts0=$(q "SELECT restarts FROM opus_engine")
 sampler=$!
 
 say "phase 1: pgbench"
-"$BIN/pgbench" -n -U ledger_client -c "$CLIENTS" -j 4 -T "$DURATION" -f "$DIR/mix.sql" ledger \
-	>"$DIR/pgbench.out" 2>&1 &
-bench=$!
+benches=()
+for role in "${ROLES[@]}"; do
+	"$BIN/pgbench" -n -U "$role" -c $((CLIENTS / TENANTS)) -j $((4 / TENANTS)) -T "$DURATION" \
+		-f "$DIR/mix.sql" ledger >"$DIR/pgbench.$role.out" 2>&1 &
+	benches+=($!)
+done
 killed=0
 for k in $(seq 1 "$ENGINE_KILLS"); do
 	sleep $((DURATION / (ENGINE_KILLS + 1)))
@@ -208,10 +222,15 @@ for k in $(seq 1 "$ENGINE_KILLS"); do
 		echo "$(date +%T) no engine to kill (state $(q "SELECT state FROM opus_engine"))"
 	fi
 done
-wait $bench
-bench_rc=$?
-grep -E "number of transactions actually processed|number of failed|aborted|tps =|latency average" "$DIR/pgbench.out"
-[ $bench_rc -eq 0 ] || { fail "pgbench exited $bench_rc"; tail -20 "$DIR/pgbench.out"; }
+for i in "${!benches[@]}"; do
+	role=${ROLES[$i]}
+	wait "${benches[$i]}"
+	bench_rc=$?
+	echo "pgbench as $role:"
+	grep -E "number of transactions actually processed|number of failed|aborted|tps =|latency average" \
+		"$DIR/pgbench.$role.out"
+	[ $bench_rc -eq 0 ] || { fail "pgbench as $role exited $bench_rc"; tail -20 "$DIR/pgbench.$role.out"; }
+done
 
 # let the system settle: nothing running, the logger flushed
 for i in $(seq 1 120); do
@@ -224,63 +243,88 @@ kill "$sampler" 2>/dev/null
 wait "$sampler" 2>/dev/null
 sampler=
 
-say "ledger"
-"$BIN/psql" -X -d ledger <<'EOF'
+say "ledger (per role)"
+for role in "${ROLES[@]}"; do
+"$BIN/psql" -X -d ledger -v role="$role" <<'EOF'
 \pset footer off
-SELECT 'clients (outcome rows)' AS source, count(*) AS submitted,
+SELECT :'role' AS role, 'clients (outcome rows)' AS source, count(*) AS submitted,
        count(*) FILTER (WHERE outcome = 'completed') AS completed,
        count(*) FILTER (WHERE outcome = 'failed') AS failed,
        count(*) FILTER (WHERE outcome = 'cancelled') AS cancelled,
        count(*) FILTER (WHERE outcome = 'rejected') AS rejected,
        count(*) FILTER (WHERE outcome = 'other') AS other
-FROM outcome
+FROM outcome WHERE tenant = :'role'
 UNION ALL
-SELECT 'pg_stat_opus', sum(calls + errors + cancellations + rejections), sum(calls), sum(errors),
+SELECT :'role', 'pg_stat_opus', sum(calls + errors + cancellations + rejections), sum(calls), sum(errors),
        sum(cancellations), sum(rejections), NULL
-FROM pg_stat_opus WHERE userid = 'ledger_client'::regrole
+FROM pg_stat_opus WHERE userid = :'role'::regrole
 UNION ALL
-SELECT 'opus_requests (log)', count(*), count(*) FILTER (WHERE status = 'completed'),
+SELECT :'role', 'opus_requests (log)', count(*), count(*) FILTER (WHERE status = 'completed'),
        count(*) FILTER (WHERE status IN ('failed', 'error')), count(*) FILTER (WHERE status = 'cancelled'),
        NULL, count(*) FILTER (WHERE status NOT IN ('completed', 'failed', 'error', 'cancelled'))
-FROM opus_requests WHERE userid = 'ledger_client'::regrole;
+FROM opus_requests WHERE userid = :'role'::regrole;
+EOF
+done
+"$BIN/psql" -X -d ledger <<'EOF'
+\pset footer off
 SELECT kind, outcome, sqlstate, count(*) FROM outcome GROUP BY 1, 2, 3 ORDER BY 1, 2, 3;
 SELECT outcome, left(message, 90) AS message, count(*) FROM outcome WHERE outcome <> 'completed'
 GROUP BY 1, 2 ORDER BY 3 DESC LIMIT 12;
 EOF
+if [ "$TENANTS" = 2 ]; then
+	say "fair share: each role's part of what the engine completed (target 50%, equal weights)"
+	"$BIN/psql" -X -d ledger <<'EOF'
+\pset footer off
+SELECT userid::regrole AS role, sum(calls) AS completed_calls,
+       round(100.0 * sum(calls) / sum(sum(calls)) OVER (), 1) AS calls_pct,
+       sum(prompt_tokens + completion_tokens) AS tokens,
+       round(100.0 * sum(prompt_tokens + completion_tokens) / sum(sum(prompt_tokens + completion_tokens)) OVER (), 1) AS tokens_pct,
+       50.0 AS target_pct
+FROM pg_stat_opus WHERE userid IN ('ledger_client'::regrole, 'ledger_client2'::regrole)
+GROUP BY 1 ORDER BY 1;
+EOF
+fi
 
-# the checks
+# the checks, per role
+processed=0
+for role in "${ROLES[@]}"; do
+	n=$(sed -n 's/^number of transactions actually processed: \([0-9]*\).*/\1/p' "$DIR/pgbench.$role.out")
+	processed=$((processed + ${n:-0}))
+done
 led() { q "SELECT $1 FROM (SELECT count(*) AS submitted,
 	count(*) FILTER (WHERE outcome = 'completed') AS completed,
 	count(*) FILTER (WHERE outcome = 'failed') AS failed,
 	count(*) FILTER (WHERE outcome = 'cancelled') AS cancelled,
 	count(*) FILTER (WHERE outcome = 'rejected') AS rejected,
-	count(*) FILTER (WHERE outcome = 'other') AS other FROM outcome) c"; }
-processed=$(sed -n 's/^number of transactions actually processed: \([0-9]*\).*/\1/p' "$DIR/pgbench.out")
-[ "$(led "submitted = completed + failed + cancelled + rejected")" = t ] ||
-	fail "clients: submitted <> completed + failed + cancelled + rejected (other errors: $(led other))"
+	count(*) FILTER (WHERE outcome = 'other') AS other FROM outcome ${2:-}) c"; }
 # pgbench counts only transactions that completed before -T expired; the
 # clients' rows also include the calls in flight at the end
 sub=$(led submitted)
-[ -n "$processed" ] && { [ "$sub" -ge "$processed" ] && [ "$sub" -le $((processed + CLIENTS)) ]; } ||
+[ "$processed" -gt 0 ] && [ "$sub" -ge "$processed" ] && [ "$sub" -le $((processed + CLIENTS)) ] ||
 	fail "pgbench processed $processed transactions, the clients recorded $sub calls"
-[ "$(q "SELECT (c.completed, c.failed, c.cancelled, c.rejected) = (s.calls, s.errors, s.cancellations, s.rejections)
-	FROM (SELECT count(*) FILTER (WHERE outcome = 'completed') AS completed,
-	             count(*) FILTER (WHERE outcome = 'failed') AS failed,
-	             count(*) FILTER (WHERE outcome = 'cancelled') AS cancelled,
-	             count(*) FILTER (WHERE outcome = 'rejected') AS rejected FROM outcome) c,
-	     (SELECT sum(calls) AS calls, sum(errors) AS errors, sum(cancellations) AS cancellations,
-	             sum(rejections) AS rejections FROM pg_stat_opus WHERE userid = 'ledger_client'::regrole) s")" = t ] ||
-	fail "pg_stat_opus does not match the clients"
-[ "$(q "SELECT (c.completed, c.failed) = (l.completed, l.failed) AND l.cancelled <= c.cancelled AND l.other = 0
-	FROM (SELECT count(*) FILTER (WHERE outcome = 'completed') AS completed,
-	             count(*) FILTER (WHERE outcome = 'failed') AS failed,
-	             count(*) FILTER (WHERE outcome = 'cancelled') AS cancelled FROM outcome) c,
-	     (SELECT count(*) FILTER (WHERE status = 'completed') AS completed,
-	             count(*) FILTER (WHERE status IN ('failed', 'error')) AS failed,
-	             count(*) FILTER (WHERE status = 'cancelled') AS cancelled,
-	             count(*) FILTER (WHERE status NOT IN ('completed', 'failed', 'error', 'cancelled')) AS other
-	      FROM opus_requests WHERE userid = 'ledger_client'::regrole) l")" = t ] ||
-	fail "the request log does not match the clients"
+for role in "${ROLES[@]}"; do
+	w="WHERE tenant = '$role'"
+	[ "$(led "submitted = completed + failed + cancelled + rejected" "$w")" = t ] ||
+		fail "$role: submitted <> completed + failed + cancelled + rejected (other errors: $(led other "$w"))"
+	[ "$(q "SELECT (c.completed, c.failed, c.cancelled, c.rejected) = (s.calls, s.errors, s.cancellations, s.rejections)
+		FROM (SELECT count(*) FILTER (WHERE outcome = 'completed') AS completed,
+		             count(*) FILTER (WHERE outcome = 'failed') AS failed,
+		             count(*) FILTER (WHERE outcome = 'cancelled') AS cancelled,
+		             count(*) FILTER (WHERE outcome = 'rejected') AS rejected FROM outcome $w) c,
+		     (SELECT sum(calls) AS calls, sum(errors) AS errors, sum(cancellations) AS cancellations,
+		             sum(rejections) AS rejections FROM pg_stat_opus WHERE userid = '$role'::regrole) s")" = t ] ||
+		fail "$role: pg_stat_opus does not match the clients"
+	[ "$(q "SELECT (c.completed, c.failed) = (l.completed, l.failed) AND l.cancelled <= c.cancelled AND l.other = 0
+		FROM (SELECT count(*) FILTER (WHERE outcome = 'completed') AS completed,
+		             count(*) FILTER (WHERE outcome = 'failed') AS failed,
+		             count(*) FILTER (WHERE outcome = 'cancelled') AS cancelled FROM outcome $w) c,
+		     (SELECT count(*) FILTER (WHERE status = 'completed') AS completed,
+		             count(*) FILTER (WHERE status IN ('failed', 'error')) AS failed,
+		             count(*) FILTER (WHERE status = 'cancelled') AS cancelled,
+		             count(*) FILTER (WHERE status NOT IN ('completed', 'failed', 'error', 'cancelled')) AS other
+		      FROM opus_requests WHERE userid = '$role'::regrole) l")" = t ] ||
+		fail "$role: the request log does not match the clients"
+done
 echo "(the log has no rejected requests by design: they never reach the supervisor; it logs a"
 echo " cancelled request only if it was sent to the engine before the cancel)"
 
