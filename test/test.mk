@@ -73,6 +73,12 @@ build/test_bert: test/unit/test_bert.c $(ENGINE_OBJS) test/unit/unit.h
 golden: build/test_golden_logits build/opus_engine $(DEFAULT_MODEL) golden-embed
 	test/tools/make_model_variants.sh
 	OPUS_MODEL=$(abspath $(DEFAULT_MODEL)) OPUS_GOLDEN_TYPES=all build/test_golden_logits
+	python3 test/golden/grammar/check_grammar_golden.py build/opus_engine $(abspath $(DEFAULT_MODEL))
+
+# Greedy output under GBNF grammars against llama.cpp's (test/golden/grammar).
+.PHONY: golden-grammar
+golden-grammar: build/opus_engine $(DEFAULT_MODEL)
+	python3 test/golden/grammar/check_grammar_golden.py build/opus_engine $(abspath $(DEFAULT_MODEL))
 
 golden-embed: build/test_bert $(MINILM_MODEL)
 	OPUS_MINILM=$(abspath $(MINILM_MODEL)) OPUS_EMBED_GOLDEN_ALL=1 build/test_bert

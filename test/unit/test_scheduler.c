@@ -16,6 +16,7 @@
 #include "model/model_int.h"
 #include "runtime/scheduler.h"
 #include "unit.h"
+#include "text/grammar.h"
 
 #define MAX_REQ 32
 #define TEXT_CAP 8192
@@ -1455,6 +1456,132 @@ test_step_target(void)
 	}
 }
 
+/*
+ * Grammar-constrained requests: every output matches its grammar and ends
+ * with STOP; the same outputs alone and in a batch (masks computed over the
+ * thread pool), greedy and seeded sampling; a malformed grammar fails the
+ * submit; a state with no allowed token ends the request with an error.
+ */
+static const char *const gram_json =
+	"root ::= \"{\" ws \"\\\"name\\\"\" ws \":\" ws str ws \",\" ws \"\\\"age\\\"\" ws \":\" ws num ws \"}\"\n"
+	"str ::= \"\\\"\" [a-zA-Z ]{1,12} \"\\\"\"\nnum ::= [0-9]{1,3}\nws ::= [ ]?\n";
+static const char *const gram_yesno = "root ::= (\"yes\" | \"no\") \".\"?";
+
+static void
+run_grammar_jobs(int n_threads, const int *idx, int n, char (*texts)[TEXT_CAP],
+				 enum opus_finish *fin)
+{
+	static const struct
+	{
+		const char *prompt;
+		const char *grammar;
+		float		temp;
+		uint64_t	seed;
+	}			gj[4] = {
+		{"Give me a JSON person:", NULL, 0.0f, 0},
+		{"Is the sky blue? Answer:", NULL, 0.0f, 0},
+		{"A JSON record of a pet:", NULL, 0.9f, 7},
+		{"Is fire cold?", NULL, 1.0f, 11},
+	};
+	struct opus_ctx_params cp = {0};
+	struct opus_ctx *c = NULL;
+	struct collector *col = calloc(1, sizeof(*col));
+	struct opus_sched *s = NULL;
+	struct opus_error err = {0};
+
+	cp.n_threads = n_threads;
+	cp.block_size = 16;
+	cp.n_blocks = 256;
+	cp.max_batch_tokens = 256;
+	cp.n_ctx = 512;
+	CHECK(opus_ctx_create(model, &cp, &c, &err) == OPUS_OK, "ctx: %s", err.msg);
+	CHECK(c && opus_sched_create(c, on_event, col, &s, &err) == OPUS_OK, "create: %s", err.msg);
+	if (!s)
+		goto out;
+	for (int i = 0; i < n; i++)
+	{
+		int			k = idx[i];
+		int32_t		toks[256];
+		int			nt = encode(gj[k].prompt, toks, 256);
+		struct opus_gen_params p = gen(48, gj[k].temp, gj[k].seed, 0);
+		const char *gt = (k % 2 == 0) ? gram_json : gram_yesno;
+
+		p.grammar = gt;
+		p.grammar_len = strlen(gt);
+		CHECK(opus_sched_submit(s, (uint64_t) k + 1, toks, nt, &p, &err) == OPUS_OK,
+			  "grammar submit %d: %s", k, err.msg);
+	}
+	run_all(s, 2000);
+	for (int i = 0; i < n; i++)
+	{
+		struct got *g = got_for(col, (uint64_t) idx[i] + 1);
+
+		memcpy(texts[idx[i]], g->text, TEXT_CAP);
+		fin[idx[i]] = g->done.finish;
+	}
+	opus_sched_free(s);
+out:
+	opus_ctx_free(c);
+	free(col);
+}
+
+static void
+test_grammar(void)
+{
+	char		alone_t[4][TEXT_CAP],
+				together_t[4][TEXT_CAP];
+	enum opus_finish alone_f[4],
+				together_f[4];
+	int			all[4] = {0, 1, 2, 3};
+
+	for (int i = 0; i < 4; i++)
+		run_grammar_jobs(1, &all[i], 1, alone_t, alone_f);
+	run_grammar_jobs(2, all, 4, together_t, together_f);
+	for (int i = 0; i < 4; i++)
+	{
+		const char *gt = (i % 2 == 0) ? gram_json : gram_yesno;
+		opus_grammar *g = opus_grammar_compile(gt, strlen(gt), NULL);
+
+		CHECK(alone_f[i] == OPUS_FINISH_STOP, "grammar job %d stops (finish %d, '%s')",
+			  i, alone_f[i], alone_t[i]);
+		CHECK(g && opus_grammar_matches(g, alone_t[i], strlen(alone_t[i])),
+			  "grammar job %d output matches: '%s'", i, alone_t[i]);
+		CHECK(strcmp(alone_t[i], together_t[i]) == 0 && alone_f[i] == together_f[i],
+			  "grammar job %d alone '%s' == together '%s'", i, alone_t[i], together_t[i]);
+		opus_grammar_free(g);
+	}
+
+	/* errors */
+	{
+		struct opus_ctx *c = make_ctx(16, 64, 64, 256);
+		struct collector *col = calloc(1, sizeof(*col));
+		struct opus_sched *s = NULL;
+		struct opus_error err = {0};
+		int32_t		toks[64];
+		int			nt = encode("Say something:", toks, 64);
+		struct opus_gen_params p = gen(16, 0.0f, 0, 0);
+		struct opus_event d;
+
+		CHECK(c && opus_sched_create(c, on_event, col, &s, &err) == OPUS_OK, "create");
+		if (s)
+		{
+			p.grammar = "root ::= foo";
+			p.grammar_len = strlen(p.grammar);
+			CHECK(opus_sched_submit(s, 1, toks, nt, &p, &err) == OPUS_ERR_INVALID_ARG &&
+				  strstr(err.msg, "undefined rule 'foo'"), "bad grammar: %s", err.msg);
+			/* every letter leads to a class that matches nothing */
+			p.grammar = "root ::= [a-zA-Z ,.!] [^\\x00-\\U0010FFFF] | \"\\x01\\x02\"";
+			p.grammar_len = strlen(p.grammar);
+			d = run_one(s, col, 2, "Say something:", &p);
+			CHECK(d.finish == OPUS_FINISH_ERROR && strstr(d.error.msg, "allows no token"),
+				  "dead end: finish %d (%s)", d.finish, d.error.msg);
+			opus_sched_free(s);
+		}
+		opus_ctx_free(c);
+		free(col);
+	}
+}
+
 int
 main(void)
 {
@@ -1491,6 +1618,7 @@ main(void)
 	test_fair_weights();
 	test_no_hol();
 	test_step_target();
+	test_grammar();
 	opus_model_free(model);
 	return UNIT_DONE();
 }

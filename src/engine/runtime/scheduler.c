@@ -107,6 +107,8 @@
  * the scheduler reads them from the context struct.
  */
 #include "model/model_int.h"
+#include "runtime/constrain.h"
+#include "text/grammar.h"
 
 
 struct sched_req
@@ -137,6 +139,9 @@ struct sched_req
 	int32_t		n_published;	/* seq blocks [0, n_published) are in the prefix cache */
 	struct opus_sampler *sampler;
 	bool		ignore_eos;
+	opus_grammar *grammar;		/* a cache reference, or NULL */
+	opus_grammar_state *gstate;
+	uint32_t   *gmask;			/* this step's allowed tokens */
 
 	int			n_stop;
 	char	   *stop[OPUS_MAX_STOP];	/* into stop_buf */
@@ -192,6 +197,9 @@ struct opus_sched
 	char	   *piece;			/* token piece */
 	int			cap_piece;
 	char	   *utf8_out;		/* cap_piece + 8 */
+
+	struct opus_constrain *cons;	/* grammar vocabulary, built at the first grammar */
+	struct sched_req **greqs;	/* [max_batch] this step's constrained rows */
 
 	struct sched_tenant *tenants;	/* never shrinks; one per tenant id seen */
 	int			n_tenants;
@@ -278,6 +286,9 @@ req_free(struct opus_sched *s, struct sched_req *r)
 		s->tenants[r->tenant].t_idle = now_ms();
 	opus_seq_release(s->ctx, &r->seq);
 	opus_sampler_free(r->sampler);
+	opus_grammar_state_free(r->gstate);
+	opus_grammar_release(r->grammar);
+	free(r->gmask);
 	free(r->tokens);
 	free(r->hashes);
 	free(r->stop_buf);
@@ -298,6 +309,8 @@ opus_sched_free(struct opus_sched *s)
 	free(s->run);
 	free(s->items);
 	free(s->item_req);
+	free(s->greqs);
+	opus_constrain_free(s->cons);
 	free(s->match);
 	free(s->logits);
 	free(s->piece);
@@ -429,6 +442,36 @@ find_req(const struct opus_sched *s, uint64_t id)
 	return NULL;
 }
 
+/* Compile (or find in the cache) r's grammar; its state and mask. */
+static enum opus_status
+setup_grammar(struct opus_sched *s, struct sched_req *r,
+			  const struct opus_gen_params *p, struct opus_error *err)
+{
+	struct opus_grammar_error gerr;
+
+	if (!s->cons)
+	{
+		enum opus_status st = opus_constrain_create(s->tok, &s->cons, err);
+
+		if (st != OPUS_OK)
+			return st;
+	}
+	if (!s->greqs)
+	{
+		s->greqs = calloc((size_t) s->max_batch, sizeof(*s->greqs));
+		if (!s->greqs)
+			return opus_error_set(err, OPUS_ERR_NOMEM, "out of memory for a grammar");
+	}
+	r->grammar = opus_grammar_get(p->grammar, p->grammar_len, &gerr);
+	if (!r->grammar)
+		return opus_error_set(err, opus_grammar_status(gerr.code), "%s", gerr.msg);
+	r->gstate = opus_grammar_state_new(r->grammar);
+	r->gmask = malloc(sizeof(uint32_t) * (size_t) opus_constrain_mask_words(s->cons));
+	if (!r->gstate || !r->gmask)
+		return opus_error_set(err, OPUS_ERR_NOMEM, "out of memory for a grammar");
+	return OPUS_OK;
+}
+
 enum opus_status
 opus_sched_submit(struct opus_sched *s, uint64_t id, const int32_t *prompt,
 				  int32_t n_prompt, const struct opus_gen_params *p,
@@ -516,6 +559,15 @@ opus_sched_submit(struct opus_sched *s, uint64_t id, const int32_t *prompt,
 	{
 		req_free(s, r);
 		return st;
+	}
+	if (p->grammar)
+	{
+		st = setup_grammar(s, r, p, err);
+		if (st != OPUS_OK)
+		{
+			req_free(s, r);
+			return st;
+		}
 	}
 	r->tenant = tenant_enter(s, p->tenant, p->weight ? p->weight : 1);
 	if (r->tenant < 0)
@@ -1418,6 +1470,60 @@ preempt_one(struct opus_sched *s, const struct sched_req *h)
 	return true;
 }
 
+/*
+ * The allowed-token masks of this step's constrained rows, shared out over
+ * the forward pass's thread pool (each mask is independent and read-only on
+ * its state, so the result does not depend on which thread does which).
+ */
+struct mask_job
+{
+	struct opus_sched *s;
+	int			n;
+	struct opus_pool_counter next;
+};
+
+static void
+mask_worker(void *arg, int ith, int nth)
+{
+	struct mask_job *j = arg;
+
+	(void) ith;
+	(void) nth;
+	for (;;)
+	{
+		int			k = atomic_fetch_add(&j->next.next, 1);
+		struct sched_req *r;
+
+		if (k >= j->n)
+			break;
+		r = j->s->greqs[k];
+		opus_grammar_mask(r->gstate, j->s->cons->vocab, r->gmask);
+	}
+}
+
+static void
+compute_masks(struct opus_sched *s, int n_items)
+{
+	struct mask_job j = {.s = s};
+
+	if (!s->cons)
+		return;
+	for (int i = 0; i < n_items; i++)
+	{
+		struct sched_req *r = s->item_req[i];
+
+		if (r->logits && !r->finished && r->gstate)
+			s->greqs[j.n++] = r;
+	}
+	if (j.n == 0)
+		return;
+	atomic_init(&j.next.next, 0);
+	if (j.n > 1 && s->ctx->pool)
+		opus_pool_run(s->ctx->pool, mask_worker, &j);
+	else
+		mask_worker(&j, 0, 1);
+}
+
 enum opus_status
 opus_sched_step(struct opus_sched *s, struct opus_error *err)
 {
@@ -1512,6 +1618,8 @@ opus_sched_step(struct opus_sched *s, struct opus_error *err)
 	s->stats.tokens_decode += n_decode;
 	s->stats.batch_size = n_items;
 
+	compute_masks(s, n_items);
+
 	/* sample, in admission order; only the request's own RNG and row */
 	for (int i = 0; i < n_items; i++)
 	{
@@ -1520,8 +1628,29 @@ opus_sched_step(struct opus_sched *s, struct opus_error *err)
 
 		if (!r->logits || r->finished)
 			continue;
+		if (r->gstate &&
+			opus_constrain_apply(s->cons, r->gstate, r->gmask, r->logits) == 0)
+		{
+			struct opus_error e;
+
+			r->logits = NULL;
+			opus_error_set(&e, OPUS_ERR_INVALID_ARG,
+						   "the grammar allows no token after %d generated tokens",
+						   (int) (r->n_tokens - r->n_prompt));
+			fail_req(s, r, &e);
+			continue;
+		}
 		tok = opus_sampler_sample(r->sampler, r->logits, r->tokens, r->n_tokens);
 		r->logits = NULL;
+		if (r->gstate && !opus_constrain_accept(s->cons, r->gstate, tok))
+		{
+			struct opus_error e;
+
+			opus_error_set(&e, OPUS_ERR_INTERNAL,
+						   "sampled token %d is not allowed by the grammar", (int) tok);
+			fail_req(s, r, &e);
+			continue;
+		}
 		accept_token(s, r, tok);
 	}
 	reap(s);

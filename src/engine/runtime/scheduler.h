@@ -51,6 +51,15 @@ struct opus_gen_params
 	int32_t		n_stop;
 	const char *stop[OPUS_MAX_STOP];	/* copied at submit */
 	bool		ignore_eos;
+	/*
+	 * GBNF grammar (text/grammar.h) the output must match, or NULL: only
+	 * tokens it allows are sampled, end-of-generation only where it accepts.
+	 * Compiled at submit (cached by hash); a malformed grammar fails the
+	 * submit (OPUS_ERR_INVALID_ARG, OPUS_ERR_CAPACITY past a size limit).
+	 * A state with no allowed token ends the request with finish ERROR.
+	 */
+	const char *grammar;
+	size_t		grammar_len;
 };
 
 enum opus_event_kind
