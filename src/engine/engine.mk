@@ -33,9 +33,9 @@ ENGINE_OBJS := $(patsubst src/engine/%.c,build/engine/%.o,$(ENGINE_SRCS)) \
 ENGINE_SAN_OBJS := $(patsubst src/engine/%.c,build/engine-san/%.o,$(ENGINE_SRCS)) \
 	$(patsubst src/%.c,build/shared-san/%.o,$(SHARED_SRCS))
 # test_golden_logits runs in the golden suite (optimised, every tensor type);
-# under the sanitizers it took 1,248 s of the unit suite's ~1,700 s here (load 15)
-# and
-# checked only what the golden suite checks, so `make unit` leaves it out.
+# under the sanitizers it took 1,248 s of the unit suite's ~1,700 s here
+# (load 15) and checked only what the golden suite checks, so `make unit`
+# leaves it out.
 UNIT_SRCS := $(filter-out test/unit/test_golden_logits.c,$(sort $(wildcard test/unit/test_*.c)))
 UNIT_BINS := $(patsubst test/unit/%.c,build/unit/%,$(UNIT_SRCS))
 ENGINE_HDRS := $(wildcard $(foreach d,$(ENGINE_DIRS),src/engine/$(d)/*.h) src/protocol.h src/params.h)
