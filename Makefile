@@ -9,7 +9,12 @@
 
 EXTENSION = opus_pg opus_pg_proxy
 MODULE_big = opus_pg
-OBJS = $(patsubst %.c,%.o,$(sort $(wildcard src/pg/*.c))) src/params.o src/protocol.o
+OBJS = $(patsubst %.c,%.o,$(sort $(wildcard src/pg/*.c))) src/params.o src/protocol.o \
+	$(OPUS_PG_ENGINE_OBJS)
+# The engine's plain-C constraint converters and grammar compiler, so that a
+# bad constraint is refused before it is queued (src/pg/structured.c).
+OPUS_PG_ENGINE_OBJS = src/engine/text/json_schema.o src/engine/text/regex_gbnf.o \
+	src/engine/text/grammar.o src/engine/base/status.o
 # Versions (docs/upgrade.md).  EXTVERSION is the control file's
 # default_version; the library is built with it (OPUS_PG_VERSION) and refuses
 # to run against another installed SQL version.  The install script of
@@ -25,7 +30,7 @@ DATA = $(foreach v,$(RELEASED_VERSIONS),sql/released/opus_pg--$(v).sql) \
 	sql/proxy/opus_pg_proxy--$(EXTVERSION).sql
 DATA_built = build/opus_pg--$(EXTVERSION).sql \
 	$(foreach v,$(RELEASED_VERSIONS),build/opus_pg--$(v)--$(EXTVERSION).sql)
-PG_CPPFLAGS = -Isrc -DOPUS_PG_VERSION='"$(EXTVERSION)"'
+PG_CPPFLAGS = -Isrc -iquote src/engine -DOPUS_PG_VERSION='"$(EXTVERSION)"'
 # Our own code builds warning-free; OPUS_PG_WERROR= turns -Werror off.
 OPUS_PG_WERROR ?= -Werror
 PG_CFLAGS = $(OPUS_PG_WERROR)
@@ -33,7 +38,7 @@ PG_CFLAGS = $(OPUS_PG_WERROR)
 # pg_regress suite (sql/<name>.sql, expected/<name>.out).  It needs a server
 # with opus_pg preloaded: run test/run_regress.sh (temporary instance), or
 # `make installcheck` against a running server configured that way.
-REGRESS = setup generate chat tokenize errors settings model models stats experts async jobs security security_privileges security_limits upgrade tenants stream scaleout overload tools
+REGRESS = setup generate chat tokenize errors settings model models stats experts async jobs security security_privileges security_limits upgrade tenants stream scaleout overload tools structured
 REGRESS_OPTS = --inputdir=.
 EXTRA_CLEAN = nopreload
 
