@@ -46,6 +46,8 @@
 char	   *opus_models = NULL;
 int			opus_model_warmup_timeout_ms = 60000;
 int			opus_model_probation_s = 300;
+char	   *opus_model_fallback = NULL;
+int			opus_model_max_ttft_ms = 0;
 int			opus_memory_budget_mb = 0;
 
 /* ---------------------------------------------------------------------
@@ -325,6 +327,22 @@ OpusParseModels(const char *value, OpusModelDecl *out, int *n_out,
 	return true;
 }
 
+/* opus.model_fallback: empty, or a model name (declared or not yet). */
+static bool
+check_model_fallback(char **newval, void **extra, GucSource source)
+{
+	const char *v = *newval ? *newval : "";
+
+	if (v[0] == '\0')
+		return true;
+	if (!valid_model_name(v, strlen(v)) || strcmp(v, "default") == 0)
+	{
+		GUC_check_errdetail("opus.model_fallback must name a model declared in opus.models (a lower-case identifier, not \"default\").");
+		return false;
+	}
+	return true;
+}
+
 static bool
 check_opus_models(char **newval, void **extra, GucSource source)
 {
@@ -367,6 +385,22 @@ OpusDefineModelSettings(bool preloading)
 							300, 0, INT_MAX,
 							PGC_SIGHUP,
 							GUC_UNIT_S,
+							NULL, NULL, NULL);
+	DefineCustomStringVariable("opus.model_fallback",
+							   "The model that serves the default model's requests that allow it while the default model misses opus.model_max_ttft.",
+							   "A model declared in opus.models; empty = none. See docs/models.md.",
+							   &opus_model_fallback,
+							   "",
+							   PGC_SIGHUP,
+							   GUC_SUPERUSER_ONLY,
+							   check_model_fallback, NULL, NULL);
+	DefineCustomIntVariable("opus.model_max_ttft",
+							"The default model's time-to-first-token objective: while it is missed, requests that allow it go to opus.model_fallback.",
+							"0 = no objective (no fallback).",
+							&opus_model_max_ttft_ms,
+							0, 0, 3600000,
+							PGC_SIGHUP,
+							GUC_UNIT_MS,
 							NULL, NULL, NULL);
 	DefineCustomIntVariable("opus.memory_budget",
 							"Memory all engines together may use for weights and KV caches (0 = half of RAM).",

@@ -43,6 +43,8 @@ extern int	opus_priority_value;	/* opus.priority as a class number */
 extern char *opus_models;		/* opus.models: the named models (models.c) */
 extern int	opus_model_warmup_timeout_ms;
 extern int	opus_model_probation_s;
+extern char *opus_model_fallback;	/* opus.model_fallback: the default model's */
+extern int	opus_model_max_ttft_ms; /* opus.model_max_ttft: its objective */
 extern int	opus_memory_budget_mb;
 
 #define OPUS_PRIORITY_INTERACTIVE	0

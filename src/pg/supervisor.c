@@ -224,6 +224,15 @@ apply_declarations(void)
 				swap_failed(m, "swap abandoned: the model was removed", NULL);
 		}
 
+	/* the default model's fallback: opus.model_fallback, opus.model_max_ttft */
+	strlcpy(models[0].decl.fallback, opus_model_fallback ? opus_model_fallback : "",
+			sizeof(models[0].decl.fallback));
+	models[0].decl.max_ttft_ms = models[0].decl.fallback[0] != '\0' ? opus_model_max_ttft_ms : 0;
+	SpinLockAcquire(&OpusModel(0)->mutex);
+	strlcpy(OpusModel(0)->fallback, models[0].decl.fallback, sizeof(OpusModel(0)->fallback));
+	OpusModel(0)->max_ttft_ms = models[0].decl.max_ttft_ms;
+	SpinLockRelease(&OpusModel(0)->mutex);
+
 	/* fallbacks by entry */
 	for (m = 0; m < OPUS_MAX_MODELS; m++)
 	{
@@ -240,6 +249,14 @@ apply_declarations(void)
 				strcmp(models[f].decl.name, mc->decl.fallback) == 0)
 				mc->fallback = f;
 	}
+	if (models[0].decl.fallback[0] != '\0' && models[0].fallback < 0)
+		ereport(LOG,
+				(errmsg("opus_pg: opus.model_fallback names \"%s\", which opus.models does not declare; the default model has no fallback",
+						models[0].decl.fallback)));
+	else if (models[0].fallback > 0 && models[0].decl.max_ttft_ms <= 0)
+		ereport(LOG,
+				(errmsg("opus_pg: opus.model_fallback is set but opus.model_max_ttft is 0; the default model's requests never go to \"%s\"",
+						models[0].decl.fallback)));
 
 	/* settings changes of running engines: restart when idle */
 	for (m = 0; m < OPUS_MAX_MODELS; m++)
