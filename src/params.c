@@ -20,6 +20,7 @@ const struct opus_param opus_params[OPUS_P__COUNT] = {
 #define OPUS_PARAM_ROW(name_, kind_, lo_, lo_end_, hi_, hi_end_, dflt_, null_means_, zero_, doc_) \
 	[OPUS_P_##name_] = {#name_, kind_, lo_, lo_end_, hi_, hi_end_, dflt_, null_means_, zero_, doc_, false},
 	OPUS_PARAMS_SESSION(OPUS_PARAM_ROW)
+	OPUS_PARAMS_FLAGS(OPUS_PARAM_ROW)
 #undef OPUS_PARAM_ROW
 };
 

@@ -110,10 +110,20 @@
 	X(priority, OPUS_PARAM_INT, 0, OPUS_PARAM_CLOSED, OPUS_PARAM_MAX_PRIORITY, OPUS_PARAM_CLOSED, \
 	  0, NULL, "first", "the session's `opus.priority`")
 
+/*
+ * Session flags carried in the SUBMIT frame (not SQL arguments, not checked
+ * against bounds: 0 or 1).  allow_special_tokens: chat message contents may
+ * give special tokens (docs/overload.md: chat content is data); from the
+ * superuser setting opus.allow_special_tokens (GRANT SET ON PARAMETER).
+ */
+#define OPUS_PARAMS_FLAGS(X) \
+	X(allow_special_tokens, OPUS_PARAM_BOOL, 0, OPUS_PARAM_NONE, 0, OPUS_PARAM_NONE, \
+	  0, NULL, NULL, "the session's `opus.allow_special_tokens` (superuser; unsafe)")
+
 /* All of them, the SQL arguments in the order of the SQL signatures. */
 #define OPUS_PARAMS(X) \
 	OPUS_PARAMS_REQUEST(X) OPUS_PARAMS_SAMPLING(X) OPUS_PARAMS_TEXTS(X) OPUS_PARAMS_ROUTING(X) \
-	OPUS_PARAMS_CHAT(X) OPUS_PARAMS_SESSION(X)
+	OPUS_PARAMS_CHAT(X) OPUS_PARAMS_SESSION(X) OPUS_PARAMS_FLAGS(X)
 
 enum opus_param_kind
 {

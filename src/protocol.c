@@ -586,6 +586,7 @@ opus_proto_encode_submit_head(struct opus_proto_writer *w, uint8_t kind,
 	opus_proto_w_f32(w, p->repetition_penalty);
 	opus_proto_w_u64(w, p->seed);
 	opus_proto_w_u32(w, (uint32_t) p->priority);
+	opus_proto_w_u32(w, (uint32_t) p->allow_special_tokens);
 	for (i = 0; i < n_stop; i++)
 	{
 		opus_proto_w_u32(w, stop[i].len);
@@ -665,9 +666,15 @@ opus_proto_parse_submit(const uint8_t *buf, size_t len,
 	m->params.repetition_penalty = opus_proto_r_f32(&r);
 	m->params.seed = opus_proto_r_u64(&r);
 	m->params.priority = (int32_t) opus_proto_r_u32(&r);
+	m->params.allow_special_tokens = (int32_t) opus_proto_r_u32(&r);
 	if (r.bad)
 	{
 		*why = "SUBMIT is truncated";
+		return false;
+	}
+	if (m->params.allow_special_tokens != 0 && m->params.allow_special_tokens != 1)
+	{
+		*why = "SUBMIT has a bad allow_special_tokens flag";
 		return false;
 	}
 	if (m->kind == 0 || m->kind >= OPUS_KIND__COUNT)

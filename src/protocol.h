@@ -56,11 +56,12 @@
 #include "params.h"
 
 #define OPUS_PROTO_MAGIC		0x5355504FU /* "OPUS" read as little-endian u32 */
-#define OPUS_PROTO_VERSION		7	/* 2: PROGRESS, prefix counters in STATS;
+#define OPUS_PROTO_VERSION		8	/* 2: PROGRESS, prefix counters in STATS;
 									 * 3: KV settings in HELLO, priority in SUBMIT;
 									 * 4: EXPERTS; 5: tenant block in SUBMIT;
 									 * 6: step target, starvation limit in HELLO;
-									 * 7: chat roles tool and tools */
+									 * 7: chat roles tool and tools;
+									 * 8: allow_special_tokens in SUBMIT */
 #define OPUS_PROTO_HEADER_SIZE	16
 #define OPUS_PROTO_MAX_PAYLOAD	(16U * 1024 * 1024)
 #define OPUS_PROTO_MAX_STOP		OPUS_PARAM_MAX_STOP /* stop strings per request */
@@ -215,6 +216,7 @@ struct opus_proto_params
 	float		repetition_penalty;
 	uint64_t	seed;
 	int32_t		priority;
+	int32_t		allow_special_tokens;	/* 0 or 1 (OPUS_PARAMS_FLAGS) */
 };
 
 /*
@@ -243,7 +245,7 @@ struct opus_proto_str
 /*
  * SUBMIT payload:
  *   u8 kind, u8 0, u16 n_stop, params (8 x 4-byte fields, u64 seed,
- *   i32 priority),
+ *   i32 priority, u32 allow_special_tokens (0 or 1)),
  *   n_stop x (u32 len, bytes), tenant (u64 cache_scope, u32 tenant,
  *   u32 weight, i32 min_priority), u32 n_items, u32 data_len, data.
  * data: GENERATE/TOKENIZE: the prompt bytes (n_items = 0);
@@ -339,7 +341,7 @@ struct opus_proto_experts
 #define OPUS_PROTO_PROGRESS_SIZE (4 + 5 * 4)
 #define OPUS_PROTO_EXPERTS_SIZE(n_counts) (8 + 8 * (size_t) (n_counts))
 #define OPUS_PROTO_DONE_FIXED	(1 + 3 + 4 + 3 * 4 + 3 * 8 + 2)
-#define OPUS_PROTO_SUBMIT_FIXED (1 + 1 + 2 + 8 * 4 + 8 + 4)
+#define OPUS_PROTO_SUBMIT_FIXED (1 + 1 + 2 + 8 * 4 + 8 + 4 + 4)
 
 /* ---------------------------------------------------------------------
  * Little-endian primitives

@@ -38,6 +38,7 @@ extern int	opus_max_batch_tokens;
 extern int	opus_step_latency_target_ms;
 extern int	opus_admission_starvation_ms;
 extern int	opus_engine_liveness_timeout_ms;
+extern bool opus_allow_special_tokens;	/* opus.allow_special_tokens */
 extern char *opus_priority;	/* opus.priority (tenants.c) */
 extern int	opus_priority_value;	/* opus.priority as a class number */
 extern char *opus_models;		/* opus.models: the named models (models.c) */

@@ -156,6 +156,7 @@ OpusEncodeRequest(const OpusRequest *req, char *buf, Size cap,
 	 */
 	params = req->params;
 	params.priority = Max(opus_priority_value, tc->ceiling);
+	params.allow_special_tokens = opus_allow_special_tokens ? 1 : 0;
 	tenant.cache_scope = tc->scope;
 	tenant.tenant = (uint32) tc->role;
 	tenant.weight = (uint32) tc->weight;

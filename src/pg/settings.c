@@ -34,6 +34,7 @@ int			opus_max_batch_tokens = 512;
 int			opus_step_latency_target_ms = 250;
 int			opus_admission_starvation_ms = 10000;
 int			opus_engine_liveness_timeout_ms = 10000;
+bool		opus_allow_special_tokens = false;
 
 /* opus.device: "cpu", "auto" or "cuda:N". */
 static bool
@@ -150,6 +151,15 @@ OpusDefineSettings(void)
 							PGC_SUSET,
 							GUC_UNIT_BYTE,
 							NULL, NULL, NULL);
+	DefineCustomBoolVariable("opus.allow_special_tokens",
+							 "Chat message contents may give special tokens (unsafe: a user's text can forge turns).",
+							 "Off: contents are plain text, only the chat template's markup gives special tokens. "
+							 "A superuser setting; GRANT SET ON PARAMETER lets a role use it.",
+							 &opus_allow_special_tokens,
+							 false,
+							 PGC_SUSET,
+							 0,
+							 NULL, NULL, NULL);
 	/*
 	 * Settings that size shared memory or name the engine only exist when
 	 * preloaded: PostgreSQL refuses PGC_POSTMASTER variables after start-up.

@@ -601,7 +601,7 @@ render_chat(struct serve *s, const struct opus_proto_submit *m,
 			msgs[n_msgs].role = roles[role];
 			msgs[n_msgs].content = w;
 			n_msgs++;
-			if (control < 0)
+			if (control < 0 && !m->params.allow_special_tokens)
 				control = opus_tokenizer_find_control(s->tok, c.ptr, c.len);
 			w += c.len + 1;
 		}
