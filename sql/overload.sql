@@ -94,3 +94,13 @@ SELECT opus_job_create('drop_job', 'drop_src', '{id}', '{{body}}', 'drop_out2') 
 DROP EXTENSION opus_pg CASCADE;
 \c :regress_db
 DROP DATABASE regress_overload_drop;
+
+-- A role's own limit on asynchronous requests (opus.role_max_async_requests)
+-- also bounds its set-based windows: one limit for both.  With 1, a
+-- set-based call still finishes (a window of 1).
+CREATE ROLE regress_overload_q;
+ALTER ROLE regress_overload_q SET opus.role_max_async_requests = 1;
+SET ROLE regress_overload_q;
+SELECT count(*) AS rows FROM opus_generate_many(ARRAY['a', 'b', 'c'], max_tokens => 1, temperature => 0, "window" => 10);
+RESET ROLE;
+DROP ROLE regress_overload_q;

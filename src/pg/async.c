@@ -135,15 +135,39 @@ OpusAsyncCap(void)
 	return Min(opus_max_async_requests, n);
 }
 
-/* The number of those slots one role may hold now (at least 1 if any). */
+/*
+ * The number of those slots the current role may hold now (at least 1 if
+ * any): the server-wide share (opus.max_async_requests_per_role), or the
+ * role's own limit (opus.role_max_async_requests, ALTER ROLE) where that is
+ * smaller.  One limit: both count asynchronous requests and set-based
+ * windows alike.  *which (may be NULL): the setting that decided.
+ */
+static int
+role_cap(const char **which)
+{
+	int			cap = OpusAsyncCap();
+	int			rcap;
+	int			quota = OpusRoleAsyncQuota();
+
+	if (opus_max_async_requests_per_role < 0)
+		rcap = Max(Min(cap, 1), cap / 2);
+	else
+		rcap = Min(opus_max_async_requests_per_role, cap);
+	if (which)
+		*which = "opus.max_async_requests_per_role";
+	if (quota > 0 && quota < rcap)
+	{
+		rcap = quota;
+		if (which)
+			*which = "opus.role_max_async_requests";
+	}
+	return rcap;
+}
+
 int
 OpusAsyncRoleCap(void)
 {
-	int			cap = OpusAsyncCap();
-
-	if (opus_max_async_requests_per_role < 0)
-		return Max(Min(cap, 1), cap / 2);
-	return Min(opus_max_async_requests_per_role, cap);
+	return role_cap(NULL);
 }
 
 /* ---------------------------------------------------------------------
@@ -418,7 +442,8 @@ submit_async(const OpusRequest *req, bool detached)
 	{
 		int			n_role;
 		int			n = OpusAsyncBudgetHeld(GetUserId(), &n_role);
-		int			rcap = OpusAsyncRoleCap();
+		const char *rwhich;
+		int			rcap = role_cap(&rwhich);
 
 		if (n > cap)
 			ereport(ERROR,
@@ -431,8 +456,8 @@ submit_async(const OpusRequest *req, bool detached)
 					(errcode(ERRCODE_INSUFFICIENT_RESOURCES),
 					 errmsg("too many asynchronous opus requests for role \"%s\"",
 							GetUserNameFromId(GetUserId(), false)),
-					 errdetail("opus.max_async_requests_per_role allows %d, counting set-based calls' windows; async requests count until their result is read, they are cancelled, or they expire.", rcap),
-					 errhint("Read or cancel finished requests (opus_result, opus_cancel), or raise opus.max_async_requests_per_role.")));
+					 errdetail("%s allows %d, counting set-based calls' windows; async requests count until their result is read, they are cancelled, or they expire.", rwhich, rcap),
+					 errhint("Read or cancel finished requests (opus_result, opus_cancel), or raise %s.", rwhich)));
 		OpusSubmitSlot(slot, req, start);
 	}
 	PG_END_ENSURE_ERROR_CLEANUP(abandon_callback, Int64GetDatum((int64) id));

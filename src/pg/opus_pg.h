@@ -322,6 +322,7 @@ extern void OpusRunRequest(const OpusRequest *req, OpusResult *res);
 extern void OpusCheckRequestSize(const OpusRequest *req);
 extern uint32 OpusEncodeRequest(const OpusRequest *req, char *buf, Size cap,
 								 struct opus_proto_params *sent);
+extern int	OpusRoleAsyncQuota(void);	/* opus.role_max_async_requests of the current role */
 extern int	OpusClaimSlot(uint8 kind, bool async, uint64 *id_out, bool missing_ok);
 extern void OpusSubmitSlot(OpusSlot *slot, const OpusRequest *req, TimestampTz start);
 extern void OpusAbandonRequest(uint64 id);

@@ -48,6 +48,17 @@ current_tenant(void)
 }
 
 /*
+ * The current role's own limit on asynchronous requests
+ * (opus.role_max_async_requests, 0 = none): async.c takes it into the
+ * role's share of the async budget (OpusAsyncRoleCap).
+ */
+int
+OpusRoleAsyncQuota(void)
+{
+	return current_tenant()->max_async_requests;
+}
+
+/*
  * The cleanup callback: give up on the request `arg` (its id).  Runs on
  * ERROR (from PG_CATCH) and at process exit.
  */
