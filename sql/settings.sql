@@ -43,7 +43,7 @@ SET ROLE opus_regress_user;
 SELECT try($$SET opus.model = '/tmp/other.gguf'$$);
 SELECT try($$SET opus.device = 'cpu'$$);
 SELECT try($$SET opus.default_max_tokens = 8$$);
-SELECT try($$SET opus.request_timeout = '1s'$$);
+SELECT try($$SET opus.request_timeout = '10min'$$);
 SELECT try($$SET opus.priority = 'batch'$$);
 -- A plain role can generate (here in the batch class).
 SELECT opus_generate('The capital of France is', max_tokens => 4, temperature => 0) IS NOT NULL AS can_generate;
