@@ -6,7 +6,7 @@
   bench_embed.py llama MODEL FILE THREADS
                                  embed FILE's lines with llama-cpp-python
                                  (llama.cpp, all inputs in one embed() call,
-                                 batched across inputs up to 2,048 tokens)
+                                 batched across inputs up to n_batch = 512 tokens, its default and the model context)
                                  and print "seconds texts tokens"
 """
 import random
@@ -37,7 +37,7 @@ def make_texts(d):
 def llama(model, path, threads):
     from llama_cpp import Llama
     texts = [l.rstrip("\n") for l in open(path)]
-    llm = Llama(model_path=model, embedding=True, n_ctx=2048, n_batch=2048, n_ubatch=2048,
+    llm = Llama(model_path=model, embedding=True, n_ctx=512, n_batch=512, n_ubatch=512,
                 n_threads=threads, n_threads_batch=threads, verbose=False)
     llm.embed(texts[:4])                  # warm up
     t0 = time.monotonic()

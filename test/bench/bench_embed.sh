@@ -7,7 +7,9 @@
 # tokens) and 200 long ones (about 400 tokens).  Each side loads the model
 # once per round, then embeds all texts of a workload in one call (the
 # engine packs inputs into forward passes of up to 4,096 tokens; llama.cpp
-# batches across inputs up to n_batch = 2,048 tokens); only that call is
+# batches across inputs up to n_batch = 512 tokens, its default: a larger
+# batch costs it more, as every token of a batch attends over the whole
+# batch under a mask); only that call is
 # timed (tokenizing included, loading not).  Every figure is the median over
 # ROUNDS rounds; the load average is printed with the table (the machine
 # may be shared: rerun when it is busy).
