@@ -1,8 +1,21 @@
 /*
- * forward_int.h - internal: the small f16 kernels of attention, with a plain
- * version (forward.c) and an AVX2+F16C one (forward_avx2.c) chosen once when
- * a context is created.  For a given choice every result is a fixed sequence
- * of operations, so it does not depend on threads or batch composition.
+ * forward_int.h - internal to the forward pass: the CPU kernels that
+ * model/forward.c picks once per context (a plain version and an AVX2 one
+ * for each), and nothing else.  It holds:
+ *
+ *   attention over the paged KV cache, F16 and Q8_0 (struct opus_attn_args;
+ *     forward_compat.c, forward_avx2.c, attn_q8_0.c)
+ *   F32 -> F16 rows, SwiGLU / GeGLU, ggml's vector expf (forward_compat.c,
+ *     forward_avx2.c)
+ *   Q8_0 / Q8_1 activation quantizers (forward_compat.c, forward_avx2.c)
+ *   the tiled matmul row kernels and their scatter (matmul_avx2.c)
+ *
+ * Included by those files, by model/forward.c (which calls them through
+ * function pointers) and by the tests that check each fast kernel against
+ * its reference (test/unit/test_matmul.c, test_quant.c, test_kv_q8.c;
+ * test/golden/logits/kernel_orders.c).  For a given choice every result
+ * is a fixed sequence of operations, so it does not depend on threads or
+ * batch composition.
  */
 #ifndef OPUS_FORWARD_INT_H
 #define OPUS_FORWARD_INT_H

@@ -41,7 +41,7 @@
  *
  * Everything here is used by the context's single caller thread.
  */
-#include "model/model_int.h"
+#include "model/kv.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -386,7 +386,7 @@ opus_seq_release(struct opus_ctx *c, struct opus_seq *s)
 {
 	/* last block first: the tail of a cached prefix is evicted first */
 	for (int32_t i = s->n_blocks - 1; i >= 0; i--)
-		opus_kv_unref(&c->kv, s->blocks[i]);
+		opus_kv_unref(opus_ctx_kv(c), s->blocks[i]);
 	free(s->blocks);
 	memset(s, 0, sizeof(*s));
 }
@@ -394,15 +394,16 @@ opus_seq_release(struct opus_ctx *c, struct opus_seq *s)
 void
 opus_seq_truncate(struct opus_ctx *c, struct opus_seq *s, int32_t n_pos)
 {
+	struct opus_kv *kv = opus_ctx_kv(c);
 	int32_t		keep;
 
 	if (n_pos < 0)
 		n_pos = 0;
 	if (n_pos >= s->n_pos)
 		return;
-	keep = (n_pos + c->kv.block_size - 1) / c->kv.block_size;
+	keep = (n_pos + kv->block_size - 1) / kv->block_size;
 	while (s->n_blocks > keep)
-		opus_kv_unref(&c->kv, s->blocks[--s->n_blocks]);
+		opus_kv_unref(kv, s->blocks[--s->n_blocks]);
 	s->n_pos = n_pos;
 }
 
@@ -422,7 +423,7 @@ opus_seq_fork(struct opus_ctx *c, const struct opus_seq *src,
 			return opus_error_set(err, OPUS_ERR_NOMEM, "out of memory for a block table");
 		memcpy(blocks, src->blocks, (size_t) src->n_blocks * sizeof(int32_t));
 		for (int32_t i = 0; i < src->n_blocks; i++)
-			opus_kv_retain(&c->kv, blocks[i]);
+			opus_kv_retain(opus_ctx_kv(c), blocks[i]);
 	}
 	free(dst->blocks);
 	dst->blocks = blocks;
@@ -436,7 +437,7 @@ enum opus_status
 opus_seq_append_block(struct opus_ctx *c, struct opus_seq *seq, int32_t id,
 					  struct opus_error *err)
 {
-	struct opus_kv *kv = &c->kv;
+	struct opus_kv *kv = opus_ctx_kv(c);
 
 	if (id < 0 || id >= kv->n_blocks)
 		return opus_error_set(err, OPUS_ERR_INVALID_ARG, "kv block %d out of range", (int) id);

@@ -776,3 +776,27 @@ opus_ctx_moe_io_stats(const struct opus_ctx *c, struct opus_moe_io_stats *out)
 {
 	*out = c->moe_io;
 }
+
+struct opus_kv *
+opus_ctx_kv(struct opus_ctx *c)
+{
+	return &c->kv;
+}
+
+const struct opus_model *
+opus_ctx_model(const struct opus_ctx *c)
+{
+	return c->model;
+}
+
+const struct opus_ctx_params *
+opus_ctx_params(const struct opus_ctx *c)
+{
+	return &c->params;
+}
+
+struct opus_pool *
+opus_ctx_pool(const struct opus_ctx *c)
+{
+	return c->pool;
+}

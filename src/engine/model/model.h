@@ -209,6 +209,11 @@ void		opus_ctx_free(struct opus_ctx *c);
 int64_t		opus_ctx_free_blocks(const struct opus_ctx *c);
 /* The backend running c, e.g. "cpu" or "cuda:0 (NVIDIA H200, sm_90, ...)". */
 const char *opus_ctx_describe(const struct opus_ctx *c, char *buf, size_t len);
+/* The model c runs and the parameters it was created with. */
+const struct opus_model *opus_ctx_model(const struct opus_ctx *c);
+const struct opus_ctx_params *opus_ctx_params(const struct opus_ctx *c);
+/* The CPU backend's worker threads of c (base/threadpool.h), or NULL. */
+struct opus_pool *opus_ctx_pool(const struct opus_ctx *c);
 
 /* A sequence: its block table and current length (positions 0..n_pos-1 cached). */
 struct opus_seq

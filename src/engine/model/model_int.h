@@ -1,12 +1,16 @@
 /*
- * model_int.h - internal: the structs behind struct opus_model and struct
- * opus_ctx, shared by model.c (load), kv.c (block pool) and forward.c.
- * Not for use outside those files; the public API is model.h.
+ * model_int.h - internal: the structs behind struct opus_model (weights)
+ * and struct opus_ctx (run state), for the files that build and run them:
+ * model.c and model_bert.c (load), forward.c (the CPU forward pass),
+ * backend.c and backend_cuda.c (the backends), and white-box tests
+ * (test/unit/test_kv.c, test_scheduler.c, test/gpu/test_gpu.c).  The KV
+ * pool has its own header (kv.h); everything else uses model.h.
  */
 #ifndef OPUS_MODEL_INT_H
 #define OPUS_MODEL_INT_H
 
 #include "model/backend.h"
+#include "model/kv.h"
 #include "model/model.h"
 #include "model/moe.h"
 #include "base/threadpool.h"
@@ -81,105 +85,6 @@ enum opus_status opus_bert_read_hparams(const struct opus_gguf *g,
 										struct opus_error *err);
 enum opus_status opus_bert_load(struct opus_model *m, struct opus_error *err);
 void		opus_bert_free(struct opus_bert *b);
-
-/* ---- KV block pool and prefix cache (kv.c) ---- */
-
-/* Per-block bookkeeping of the prefix cache. */
-struct opus_kv_meta
-{
-	uint64_t	hash;			/* chain hash (valid while cached) */
-	uint64_t	parent;			/* the previous block's chain hash */
-	int32_t		hnext;			/* next block in the hash bucket, -1 = end */
-	int32_t		lru_prev;		/* evictable list links, -1 = end */
-	int32_t		lru_next;
-	bool		cached;			/* in the hash table */
-};
-
-struct opus_kv
-{
-	int			block_size;		/* token positions per block */
-	int64_t		n_blocks;
-	enum opus_kv_type type;		/* element type (kv.c describes both layouts) */
-	size_t		block_bytes;	/* K and V of all layers for block_size positions */
-	size_t		layer_bytes;	/* per layer inside a block: K then V */
-	size_t		kv_half_bytes;	/* K (or V) of one layer: n_head_kv * head_bytes */
-	size_t		head_bytes;		/* K (or V) of one KV head of one layer */
-	uint8_t    *mem;			/* n_blocks * block_bytes */
-	bool		mem_owned;
-	int32_t    *refcount;		/* [n_blocks] */
-	int32_t    *free_list;		/* stack of free, uncached block ids */
-	int64_t		n_stack;		/* entries on free_list */
-	int64_t		n_free;			/* blocks opus_kv_alloc can hand out: the stack
-								 * plus unreferenced cached blocks */
-	/* prefix cache: full blocks by chain hash */
-	struct opus_kv_meta *meta;	/* [n_blocks] */
-	int32_t    *block_tokens;	/* [n_blocks][block_size] tokens of cached blocks */
-	int32_t    *buckets;		/* [bucket_mask + 1] first block, -1 = none */
-	uint64_t	bucket_mask;
-	int32_t		lru_head;		/* unreferenced cached blocks, least recent first */
-	int32_t		lru_tail;
-	int64_t		n_cached;		/* blocks in the hash table */
-	int64_t		n_evictable;	/* of those, unreferenced */
-	int64_t		evictions;
-};
-
-enum opus_status opus_kv_init(struct opus_kv *kv, const struct opus_hparams *hp,
-							  const struct opus_ctx_params *p,
-							  struct opus_error *err);
-void		opus_kv_destroy(struct opus_kv *kv);
-size_t		opus_kv_block_bytes(const struct opus_hparams *hp, int block_size,
-									enum opus_kv_type type);
-/* Bytes of one KV head's K (or V) of one layer in a block of block_size. */
-size_t		opus_kv_head_bytes(const struct opus_hparams *hp, int block_size,
-							   enum opus_kv_type type);
-/*
- * Take a block (refcount 1): from the free stack, else by evicting the least
- * recently released cached block; -1 if neither exists.
- */
-int32_t		opus_kv_alloc(struct opus_kv *kv);
-/* Add a reference (an unreferenced cached block stops being evictable). */
-void		opus_kv_retain(struct opus_kv *kv, int32_t id);
-/*
- * Drop a reference.  At zero a cached block becomes evictable (most
- * recently used end); any other block returns to the free stack.
- */
-void		opus_kv_unref(struct opus_kv *kv, int32_t id);
-
-/* Chain hash of a full block: parent's chain hash and the block's tokens. */
-uint64_t	opus_kv_hash_block(uint64_t parent, const int32_t *tokens, int n);
-/* The parent hash of a sequence's first block, for a model identity. */
-uint64_t	opus_kv_hash_root(uint64_t model_identity, int block_size);
-/*
- * The root of a prefix-cache scope: chains under different scopes never
- * share a block (scope 0 is the root itself, the server-wide scope).
- */
-uint64_t	opus_kv_hash_scope(uint64_t root, uint64_t scope);
-/* The cached block with this hash, parent and tokens, or -1. */
-int32_t		opus_kv_cache_find(const struct opus_kv *kv, uint64_t hash,
-							   uint64_t parent, const int32_t *tokens);
-/*
- * Publish the full, referenced block id under (hash, parent, tokens).  False
- * (nothing changes) if that key is cached already or id is cached.
- */
-bool		opus_kv_cache_insert(struct opus_kv *kv, int32_t id, uint64_t hash,
-								 uint64_t parent, const int32_t *tokens);
-/*
- * Append the full block id to seq (whose positions must fill whole blocks)
- * with a new reference: seq->n_pos grows by block_size.
- */
-enum opus_status opus_seq_append_block(struct opus_ctx *c, struct opus_seq *seq,
-									   int32_t id, struct opus_error *err);
-
-/*
- * K (v false) or V (v true) of KV head `head` of a layer inside a block:
- * head_bytes bytes (the layouts inside a head are in kv.c's header).
- */
-static inline uint8_t *
-opus_kv_head(const struct opus_kv *kv, int32_t block, int layer, bool v, int head)
-{
-	return kv->mem + (size_t) block * kv->block_bytes + (size_t) layer * kv->layer_bytes +
-		(v ? kv->kv_half_bytes : 0) + (size_t) head * kv->head_bytes;
-}
 
 /* ---- run state ---- */
 

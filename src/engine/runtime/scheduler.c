@@ -103,10 +103,11 @@
 #include <time.h>
 
 /*
- * The public model.h has no accessors for a context's model and parameters;
- * the scheduler reads them from the context struct.
+ * A context's model, parameters, threads and KV pool through model.h's
+ * accessors and kv.h (the prefix cache), never the context struct.
  */
-#include "model/model_int.h"
+#include "base/threadpool.h"
+#include "model/kv.h"
 #include "runtime/constrain.h"
 #include "text/grammar.h"
 
@@ -249,13 +250,13 @@ opus_sched_create(struct opus_ctx *ctx, opus_event_fn cb, void *user,
 	if (!s)
 		return opus_error_set(err, OPUS_ERR_NOMEM, "out of memory for the scheduler");
 	s->ctx = ctx;
-	s->tok = opus_model_tokenizer(ctx->model);
-	s->n_vocab = opus_model_hparams(ctx->model)->n_vocab;
-	s->block_size = ctx->params.block_size > 0 ? ctx->params.block_size : 16;
-	s->n_ctx = ctx->params.n_ctx;
-	s->max_batch = ctx->params.max_batch_tokens;
-	s->n_blocks = ctx->params.n_blocks;
-	s->root_hash = opus_kv_hash_root(opus_model_identity(ctx->model), s->block_size);
+	s->tok = opus_model_tokenizer(opus_ctx_model(ctx));
+	s->n_vocab = opus_model_hparams(opus_ctx_model(ctx))->n_vocab;
+	s->block_size = opus_ctx_params(ctx)->block_size > 0 ? opus_ctx_params(ctx)->block_size : 16;
+	s->n_ctx = opus_ctx_params(ctx)->n_ctx;
+	s->max_batch = opus_ctx_params(ctx)->max_batch_tokens;
+	s->n_blocks = opus_ctx_params(ctx)->n_blocks;
+	s->root_hash = opus_kv_hash_root(opus_model_identity(opus_ctx_model(ctx)), s->block_size);
 	s->aging_ms = OPUS_SCHED_AGING_MS;
 	s->starve_ms = OPUS_SCHED_STARVE_MS;
 	s->step_target_ms = 0.0;
@@ -656,7 +657,7 @@ opus_sched_get_stats(const struct opus_sched *s, struct opus_sched_stats *out)
 	out->n_running = s->n_run;
 	out->kv_blocks_total = s->n_blocks;
 	out->kv_blocks_used = s->n_blocks - opus_ctx_free_blocks(s->ctx);
-	out->kv_blocks_cached = s->ctx->kv.n_cached;
+	out->kv_blocks_cached = opus_kv_n_cached(opus_ctx_kv(s->ctx));
 }
 
 bool
@@ -1115,7 +1116,7 @@ hash_blocks(struct opus_sched *s, struct sched_req *r, int32_t nb)
 static int32_t
 prefix_lookup(struct opus_sched *s, struct sched_req *r, int64_t *n_idle)
 {
-	const struct opus_kv *kv = &s->ctx->kv;
+	const struct opus_kv *kv = opus_ctx_kv(s->ctx);
 	int32_t		max = (r->n_tokens - 1) / s->block_size;
 	int32_t		m = 0;
 
@@ -1132,7 +1133,7 @@ prefix_lookup(struct opus_sched *s, struct sched_req *r, int64_t *n_idle)
 		if (id < 0)
 			break;
 		s->match[m] = id;
-		if (kv->refcount[id] == 0)
+		if (opus_kv_refcount(kv, id) == 0)
 			(*n_idle)++;
 	}
 	return m;
@@ -1188,7 +1189,7 @@ publish_blocks(struct opus_sched *s, struct sched_req *r)
 	{
 		uint64_t	parent = i == 0 ? r->root : r->hashes[i - 1];
 
-		(void) opus_kv_cache_insert(&s->ctx->kv, r->seq.blocks[i], r->hashes[i], parent,
+		(void) opus_kv_cache_insert(opus_ctx_kv(s->ctx), r->seq.blocks[i], r->hashes[i], parent,
 									r->tokens + (size_t) i * s->block_size);
 	}
 	if (full > r->n_published)
@@ -1518,8 +1519,8 @@ compute_masks(struct opus_sched *s, int n_items)
 	if (j.n == 0)
 		return;
 	atomic_init(&j.next.next, 0);
-	if (j.n > 1 && s->ctx->pool)
-		opus_pool_run(s->ctx->pool, mask_worker, &j);
+	if (j.n > 1 && opus_ctx_pool(s->ctx))
+		opus_pool_run(opus_ctx_pool(s->ctx), mask_worker, &j);
 	else
 		mask_worker(&j, 0, 1);
 }
