@@ -30,7 +30,13 @@ lint:
 .PHONY: unit check-layers check-imports
 build/unit/%: test/unit/%.c $(ENGINE_SAN_OBJS) test/unit/unit.h test/unit/unit_forward.h
 	@mkdir -p $(dir $@)
-	$(ENGINE_CC) $(ENGINE_CFLAGS_BASE) -iquote test/unit $(ENGINE_SAN) $< $(ENGINE_SAN_OBJS) -o $@ $(ENGINE_LIBS)
+	$(ENGINE_CC) $(ENGINE_CFLAGS_BASE) -iquote test/unit $(ENGINE_SAN) $< $(UNIT_CLI) $(ENGINE_SAN_OBJS) -o $@ $(ENGINE_LIBS)
+
+# Unit tests link the engine library (ENGINE_SAN_OBJS) only; the tests of an
+# opus_engine tool also link the tools (cli/).
+UNIT_TOOL_TESTS := build/unit/test_genmodel build/unit/test_quantize
+$(UNIT_TOOL_TESTS): $(CLI_SAN_OBJS)
+$(UNIT_TOOL_TESTS): UNIT_CLI = $(CLI_SAN_OBJS)
 
 # The include rules between the engine's folders (src/engine/README.md):
 # each folder's README.md `may include:` line against every #include.

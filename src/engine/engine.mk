@@ -13,8 +13,13 @@
 ENGINE_DIRS := base quant format text cpu model runtime cli
 # (model/backend_cuda.c: the CUDA backend's host side, built only for CUDA,
 # below; cli/opus_engine.c: main() of build/opus_engine)
-ENGINE_SRCS := $(sort $(filter-out src/engine/model/backend_cuda%.c src/engine/cli/opus_engine.c, \
-	$(foreach d,$(ENGINE_DIRS),$(wildcard src/engine/$(d)/*.c))))
+ENGINE_SRCS := $(sort $(filter-out src/engine/model/backend_cuda%.c, \
+	$(foreach d,$(filter-out cli,$(ENGINE_DIRS)),$(wildcard src/engine/$(d)/*.c))))
+# The opus_engine subcommands (cli/, but main() in cli/opus_engine.c): only
+# the binary links them, and the unit tests of those tools (test/test.mk).
+CLI_SRCS := $(sort $(filter-out src/engine/cli/opus_engine.c,$(wildcard src/engine/cli/*.c)))
+CLI_OBJS := $(patsubst src/engine/%.c,build/engine/%.o,$(CLI_SRCS))
+CLI_SAN_OBJS := $(patsubst src/engine/%.c,build/engine-san/%.o,$(CLI_SRCS))
 ENGINE_CC ?= gcc
 ENGINE_WARN := -Wall -Wextra -Wshadow -Wno-unused-parameter -Werror
 ENGINE_CFLAGS_BASE := -std=gnu11 -D_GNU_SOURCE -iquote src/engine -iquote src $(ENGINE_WARN) -fPIC -pthread
@@ -132,8 +137,8 @@ endif
 CUDA_SETTING := build/cuda-setting
 $(shell mkdir -p build; [ "$$(cat $(CUDA_SETTING) 2>/dev/null)" = "$(CUDA)" ] || echo "$(CUDA)" > $(CUDA_SETTING))
 
-build/opus_engine: src/engine/cli/opus_engine.c $(ENGINE_BIN_OBJS) $(CUDA_SETTING)
-	$(ENGINE_CC) $(ENGINE_CFLAGS_BASE) $(ENGINE_OPT) $< $(ENGINE_BIN_OBJS) -o $@ $(ENGINE_BIN_LIBS)
+build/opus_engine: src/engine/cli/opus_engine.c $(CLI_OBJS) $(ENGINE_BIN_OBJS) $(CUDA_SETTING)
+	$(ENGINE_CC) $(ENGINE_CFLAGS_BASE) $(ENGINE_OPT) $< $(CLI_OBJS) $(ENGINE_BIN_OBJS) -o $@ $(ENGINE_BIN_LIBS)
 
 .PHONY: engine
 engine: build/opus_engine
