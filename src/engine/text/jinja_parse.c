@@ -1,13 +1,6 @@
 /*
- * jinja_parse.c - lexer and parser of the Jinja subset (jinja.h), and the
- * arena everything lives in.
- *
- * The lexer follows jinja2's with trim_blocks and lstrip_blocks on, as
- * Hugging Face configures it: newlines in the source are normalised to \n
- * and one trailing newline is dropped (keep_trailing_newline=False); "{%-"
- * / "-%}" (and the same for {{ }} and {# #}) strip all whitespace on that
- * side; a block or comment tag alone on its line loses the spaces and tabs
- * before it (unless "{%+") and the newline after it (unless "+%}").
+ * jinja_parse.c - parser of the Jinja subset (jinja.h), and the arena
+ * everything lives in; the lexer is jinja_lex.c (jinja_lex.h).
  *
  * The parser is recursive descent in jinja2's operator precedence (lowest
  * first): conditional expression, or, and, not, comparisons (==, !=, <, <=,
@@ -17,6 +10,7 @@
  * longjmp to opus_jinja_parse (the arena is freed as a whole).
  */
 #include "text/jinja_int.h"
+#include "text/jinja_lex.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -91,590 +85,6 @@ opus_jinja_limits_default(struct opus_jinja_limits *l)
 		l->max_steps = 10000000;
 	if (l->max_depth <= 0)
 		l->max_depth = 128;
-}
-
-/* ------------------------------------------------------------------ lexer */
-
-enum tok_type
-{
-	T_EOF, T_DATA, T_VAR_BEGIN, T_VAR_END, T_BLOCK_BEGIN, T_BLOCK_END,
-	T_NAME, T_STRING, T_INT, T_FLOAT, T_OP
-};
-
-struct tok
-{
-	uint8_t		type;
-	int			line;
-	const char *s;				/* T_DATA, T_NAME, T_STRING (arena, NUL-terminated), T_OP */
-	size_t		n;
-	int64_t		i;
-	double		f;
-};
-
-struct parser
-{
-	struct jarena *ar;
-	jmp_buf		jb;
-	enum opus_status code;
-	char		msg[200];
-	int			line;
-	/* lexer */
-	const char *src;
-	size_t		len,
-				pos;
-	size_t		lpos;			/* line_at's cache: line of offset lpos */
-	int			lline;
-	struct tok *toks;
-	size_t		ntok,
-				captok;
-	/* parser */
-	size_t		ti;
-	int			depth,
-				max_depth;
-	int			loop_depth;
-};
-
-static void fail(struct parser *p, enum opus_status code, int line, const char *fmt,...)
-			__attribute__((format(printf, 4, 5), noreturn));
-
-static void
-fail(struct parser *p, enum opus_status code, int line, const char *fmt,...)
-{
-	va_list		ap;
-
-	va_start(ap, fmt);
-	vsnprintf(p->msg, sizeof(p->msg), fmt, ap);
-	va_end(ap);
-	p->code = code;
-	p->line = line;
-	longjmp(p->jb, 1);
-}
-
-static void *
-palloc0(struct parser *p, size_t n)
-{
-	void	   *r = ja_alloc(p->ar, n);
-
-	if (r == NULL)
-		fail(p, OPUS_ERR_TEMPLATE, p->line, "template too large (over the memory limit)");
-	return r;
-}
-
-static char *
-pstrndup(struct parser *p, const char *s, size_t n)
-{
-	char	   *r = palloc0(p, n + 1);
-
-	memcpy(r, s, n);
-	return r;
-}
-
-static struct tok *
-push_tok(struct parser *p, int type, int line)
-{
-	struct tok *t;
-
-	if (p->ntok == p->captok)
-	{
-		size_t		cap = p->captok ? p->captok * 2 : 256;
-		struct tok *nt = palloc0(p, cap * sizeof(*nt));
-
-		if (p->ntok)
-			memcpy(nt, p->toks, p->ntok * sizeof(*nt));
-		p->toks = nt;
-		p->captok = cap;
-	}
-	t = &p->toks[p->ntok++];
-	memset(t, 0, sizeof(*t));
-	t->type = type;
-	t->line = line;
-	return t;
-}
-
-static bool
-is_ws(char c)
-{
-	return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f';
-}
-
-static bool
-is_name_start(char c)
-{
-	return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_';
-}
-
-static bool
-is_name_char(char c)
-{
-	return is_name_start(c) || (c >= '0' && c <= '9');
-}
-
-/* Line of a source offset (offsets asked for mostly grow: cached). */
-static int
-line_at(struct parser *p, size_t pos)
-{
-	if (pos < p->lpos)
-	{
-		p->lpos = 0;
-		p->lline = 1;
-	}
-	for (; p->lpos < pos && p->lpos < p->len; p->lpos++)
-		if (p->src[p->lpos] == '\n')
-			p->lline++;
-	return p->lline;
-}
-
-/* Append code point cp as UTF-8. */
-static size_t
-put_utf8(char *o, uint32_t cp)
-{
-	if (cp < 0x80)
-	{
-		o[0] = (char) cp;
-		return 1;
-	}
-	if (cp < 0x800)
-	{
-		o[0] = (char) (0xC0 | (cp >> 6));
-		o[1] = (char) (0x80 | (cp & 0x3F));
-		return 2;
-	}
-	if (cp < 0x10000)
-	{
-		o[0] = (char) (0xE0 | (cp >> 12));
-		o[1] = (char) (0x80 | ((cp >> 6) & 0x3F));
-		o[2] = (char) (0x80 | (cp & 0x3F));
-		return 3;
-	}
-	o[0] = (char) (0xF0 | (cp >> 18));
-	o[1] = (char) (0x80 | ((cp >> 12) & 0x3F));
-	o[2] = (char) (0x80 | ((cp >> 6) & 0x3F));
-	o[3] = (char) (0x80 | (cp & 0x3F));
-	return 4;
-}
-
-static int
-hexval(char c)
-{
-	if (c >= '0' && c <= '9')
-		return c - '0';
-	if (c >= 'a' && c <= 'f')
-		return c - 'a' + 10;
-	if (c >= 'A' && c <= 'F')
-		return c - 'A' + 10;
-	return -1;
-}
-
-/* A string literal at p->pos (quote char there); Python escapes. */
-static void
-lex_string(struct parser *p, int line)
-{
-	char		q = p->src[p->pos];
-	size_t		start = ++p->pos;
-	size_t		end;
-	char	   *o;
-	size_t		n = 0;
-	struct tok *t;
-
-	while (p->pos < p->len && p->src[p->pos] != q)
-	{
-		if (p->src[p->pos] == '\\')
-			p->pos++;
-		p->pos++;
-	}
-	if (p->pos >= p->len)
-		fail(p, OPUS_ERR_TEMPLATE, line, "unterminated string literal");
-	end = p->pos++;
-	o = palloc0(p, (end - start) * 4 + 1);
-	for (size_t i = start; i < end; i++)
-	{
-		char		c = p->src[i];
-
-		if (c != '\\' || i + 1 >= end)
-		{
-			o[n++] = c;
-			continue;
-		}
-		c = p->src[++i];
-		switch (c)
-		{
-			case 'n':
-				o[n++] = '\n';
-				break;
-			case 't':
-				o[n++] = '\t';
-				break;
-			case 'r':
-				o[n++] = '\r';
-				break;
-			case 'b':
-				o[n++] = '\b';
-				break;
-			case 'f':
-				o[n++] = '\f';
-				break;
-			case 'v':
-				o[n++] = '\v';
-				break;
-			case 'a':
-				o[n++] = '\a';
-				break;
-			case '0':
-				o[n++] = '\0';
-				break;
-			case '\\':
-			case '\'':
-			case '"':
-				o[n++] = c;
-				break;
-			case '\n':
-				break;
-			case 'x':
-			case 'u':
-			case 'U':
-				{
-					int			nd = c == 'x' ? 2 : c == 'u' ? 4 : 8;
-					uint32_t	cp = 0;
-					int			k;
-
-					for (k = 0; k < nd && i + 1 + k < end && hexval(p->src[i + 1 + k]) >= 0; k++)
-						cp = cp * 16 + (uint32_t) hexval(p->src[i + 1 + k]);
-					if (k != nd || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
-						fail(p, OPUS_ERR_TEMPLATE, line, "bad \\%c escape in a string literal", c);
-					n += put_utf8(o + n, cp);
-					i += (size_t) nd;
-					break;
-				}
-			default:
-				o[n++] = '\\';
-				o[n++] = c;
-				break;
-		}
-	}
-	o[n] = '\0';
-	t = push_tok(p, T_STRING, line);
-	t->s = o;
-	t->n = n;
-}
-
-static void
-lex_number(struct parser *p, int line)
-{
-	char		buf[64];
-	size_t		n = 0;
-	bool		is_float = false;
-	struct tok *t;
-
-	while (p->pos < p->len)
-	{
-		char		c = p->src[p->pos];
-
-		if (c >= '0' && c <= '9')
-			;
-		else if (c == '_')
-		{
-			p->pos++;
-			continue;
-		}
-		else if (c == '.' && !is_float && p->pos + 1 < p->len &&
-				 p->src[p->pos + 1] >= '0' && p->src[p->pos + 1] <= '9')
-			is_float = true;
-		else if ((c == 'e' || c == 'E') && n > 0)
-		{
-			is_float = true;
-			if (n + 2 >= sizeof(buf))
-				break;
-			buf[n++] = c;
-			p->pos++;
-			if (p->pos < p->len && (p->src[p->pos] == '+' || p->src[p->pos] == '-'))
-				buf[n++] = p->src[p->pos++];
-			continue;
-		}
-		else
-			break;
-		if (n + 1 >= sizeof(buf))
-			fail(p, OPUS_ERR_TEMPLATE, line, "number literal too long");
-		buf[n++] = c;
-		p->pos++;
-	}
-	buf[n] = '\0';
-	if (is_float)
-	{
-		t = push_tok(p, T_FLOAT, line);
-		t->f = strtod(buf, NULL);
-	}
-	else
-	{
-		char	   *e;
-		unsigned long long v = strtoull(buf, &e, 10);
-
-		if (v > INT64_MAX)
-			fail(p, OPUS_ERR_UNSUPPORTED, line, "integer literal too large");
-		t = push_tok(p, T_INT, line);
-		t->i = (int64_t) v;
-	}
-}
-
-static const char *const ops[] = {
-	"**", "//", "==", "!=", "<=", ">=",
-	"+", "-", "*", "/", "%", "~", "<", ">", "=", ".", ",", ":", "|",
-	"(", ")", "[", "]", "{", "}", NULL
-};
-
-/*
- * Tokens of one tag, from p->pos up to and including its end delimiter.
- * var: "}}", else "%}".  Returns the strip mode of the end: '-', '+' or 0.
- */
-static char
-lex_tag(struct parser *p, bool var, int line)
-{
-	int			nest = 0;
-	const char *end = var ? "}}" : "%}";
-
-	for (;;)
-	{
-		char		c;
-
-		while (p->pos < p->len && is_ws(p->src[p->pos]))
-			p->pos++;
-		if (p->pos >= p->len)
-			fail(p, OPUS_ERR_TEMPLATE, line, "unexpected end of template inside a tag");
-		c = p->src[p->pos];
-		line = line_at(p, p->pos);
-		if (nest == 0)
-		{
-			if ((c == '-' || c == '+') && p->pos + 2 < p->len + 0 &&
-				memcmp(p->src + p->pos + 1, end, 2) == 0 && (c == '-' || !var))
-			{
-				p->pos += 3;
-				push_tok(p, var ? T_VAR_END : T_BLOCK_END, line);
-				return c;
-			}
-			if (p->pos + 1 < p->len && memcmp(p->src + p->pos, end, 2) == 0)
-			{
-				p->pos += 2;
-				push_tok(p, var ? T_VAR_END : T_BLOCK_END, line);
-				return 0;
-			}
-		}
-		if (is_name_start(c))
-		{
-			size_t		s = p->pos;
-			struct tok *t;
-
-			while (p->pos < p->len && is_name_char(p->src[p->pos]))
-				p->pos++;
-			t = push_tok(p, T_NAME, line);
-			t->s = pstrndup(p, p->src + s, p->pos - s);
-			t->n = p->pos - s;
-			continue;
-		}
-		if (c >= '0' && c <= '9')
-		{
-			lex_number(p, line);
-			continue;
-		}
-		if (c == '\'' || c == '"')
-		{
-			lex_string(p, line);
-			continue;
-		}
-		{
-			int			k;
-
-			for (k = 0; ops[k]; k++)
-			{
-				size_t		ol = strlen(ops[k]);
-
-				if (p->pos + ol <= p->len && memcmp(p->src + p->pos, ops[k], ol) == 0)
-					break;
-			}
-			if (!ops[k])
-				fail(p, OPUS_ERR_TEMPLATE, line, "unexpected character '%c'", c);
-			if (c == '(' || c == '[' || c == '{')
-				nest++;
-			else if ((c == ')' || c == ']' || c == '}') && nest > 0)
-				nest--;
-			{
-				struct tok *t = push_tok(p, T_OP, line);
-
-				t->s = ops[k];
-				t->n = strlen(ops[k]);
-			}
-			p->pos += strlen(ops[k]);
-		}
-	}
-}
-
-static void
-emit_data(struct parser *p, const char *s, size_t n, int line)
-{
-	struct tok *t;
-
-	if (n == 0)
-		return;
-	t = push_tok(p, T_DATA, line);
-	t->s = pstrndup(p, s, n);
-	t->n = n;
-}
-
-/* Find "{%[-+]? *endraw *[-+]?%}" from pos; returns its start or len. */
-static size_t
-find_endraw(struct parser *p, size_t from, size_t *after, char *rstrip_mode, char *lmode)
-{
-	for (size_t i = from; i + 1 < p->len; i++)
-	{
-		size_t		j;
-
-		if (p->src[i] != '{' || p->src[i + 1] != '%')
-			continue;
-		j = i + 2;
-		*lmode = 0;
-		if (j < p->len && (p->src[j] == '-' || p->src[j] == '+'))
-			*lmode = p->src[j++];
-		while (j < p->len && is_ws(p->src[j]))
-			j++;
-		if (j + 6 > p->len || memcmp(p->src + j, "endraw", 6) != 0)
-			continue;
-		j += 6;
-		while (j < p->len && is_ws(p->src[j]))
-			j++;
-		*rstrip_mode = 0;
-		if (j < p->len && (p->src[j] == '-' || p->src[j] == '+'))
-			*rstrip_mode = p->src[j++];
-		if (j + 2 <= p->len && p->src[j] == '%' && p->src[j + 1] == '}')
-		{
-			*after = j + 2;
-			return i;
-		}
-	}
-	return p->len;
-}
-
-static void
-lex(struct parser *p)
-{
-	bool		line_starting = true;
-
-	while (p->pos < p->len)
-	{
-		size_t		tag = p->pos;
-		size_t		dstart = p->pos,
-					dend;
-		char		kind = 0,
-					mod = 0;
-		int			line;
-
-		/* the next tag start */
-		while (tag + 1 < p->len)
-		{
-			if (p->src[tag] == '{' && (p->src[tag + 1] == '{' || p->src[tag + 1] == '%' ||
-									   p->src[tag + 1] == '#'))
-				break;
-			tag++;
-		}
-		if (tag + 1 >= p->len)
-		{
-			emit_data(p, p->src + dstart, p->len - dstart, line_at(p, dstart));
-			break;
-		}
-		kind = p->src[tag + 1];
-		if (tag + 2 < p->len && (p->src[tag + 2] == '-' || p->src[tag + 2] == '+'))
-			mod = p->src[tag + 2];
-		dend = tag;
-		if (mod == '-')
-		{
-			while (dend > dstart && is_ws(p->src[dend - 1]))
-				dend--;
-		}
-		else if (kind != '{' && mod != '+')
-		{
-			/* lstrip_blocks */
-			size_t		l = dend;
-
-			while (l > dstart && p->src[l - 1] != '\n')
-				l--;
-			if (l > dstart || line_starting)
-			{
-				size_t		k;
-
-				for (k = l; k < dend && (p->src[k] == ' ' || p->src[k] == '\t'); k++)
-					;
-				if (k == dend)
-					dend = l;
-			}
-		}
-		line = line_at(p, tag);
-		emit_data(p, p->src + dstart, dend - dstart, line_at(p, dstart));
-		p->pos = tag + 2 + (mod ? 1 : 0);
-		if (kind == '#')
-		{
-			size_t		e = p->pos;
-			char		emod = 0;
-
-			while (e + 1 < p->len && !(p->src[e] == '#' && p->src[e + 1] == '}'))
-				e++;
-			if (e + 1 >= p->len)
-				fail(p, OPUS_ERR_TEMPLATE, line, "unterminated comment");
-			if (e > p->pos && p->src[e - 1] == '-')
-				emod = '-';
-			else if (e > p->pos && p->src[e - 1] == '+')
-				emod = '+';
-			p->pos = e + 2;
-			if (emod == '-')
-				while (p->pos < p->len && is_ws(p->src[p->pos]))
-					p->pos++;
-			else if (emod != '+' && p->pos < p->len && p->src[p->pos] == '\n')
-				p->pos++;
-			line_starting = p->pos > 0 && p->src[p->pos - 1] == '\n';
-			continue;
-		}
-		{
-			size_t		first = p->ntok;
-			char		emod;
-
-			push_tok(p, kind == '{' ? T_VAR_BEGIN : T_BLOCK_BEGIN, line);
-			emod = lex_tag(p, kind == '{', line);
-			if (emod == '-')
-				while (p->pos < p->len && is_ws(p->src[p->pos]))
-					p->pos++;
-			else if (kind == '%' && emod != '+' && p->pos < p->len && p->src[p->pos] == '\n')
-				p->pos++;
-			line_starting = p->pos > 0 && p->src[p->pos - 1] == '\n';
-			/* {% raw %}: everything up to {% endraw %} is data */
-			if (kind == '%' && p->ntok == first + 3 && p->toks[first + 1].type == T_NAME &&
-				strcmp(p->toks[first + 1].s, "raw") == 0)
-			{
-				size_t		after,
-							rs,
-							re;
-				char		rmode = 0,
-							lmode = 0;
-
-				p->ntok = first;
-				rs = p->pos;
-				re = find_endraw(p, rs, &after, &rmode, &lmode);
-				if (re == p->len)
-					fail(p, OPUS_ERR_TEMPLATE, line, "missing {%% endraw %%}");
-				{
-					size_t		de = re;
-
-					if (lmode == '-')
-						while (de > rs && is_ws(p->src[de - 1]))
-							de--;
-					emit_data(p, p->src + rs, de - rs, line);
-				}
-				p->pos = after;
-				if (rmode == '-')
-					while (p->pos < p->len && is_ws(p->src[p->pos]))
-						p->pos++;
-				else if (rmode != '+' && p->pos < p->len && p->src[p->pos] == '\n')
-					p->pos++;
-				line_starting = p->pos > 0 && p->src[p->pos - 1] == '\n';
-			}
-		}
-	}
-	push_tok(p, T_EOF, line_at(p, p->len));
 }
 
 /* ----------------------------------------------------------------- parser */
@@ -764,14 +174,14 @@ static void
 expect_op(struct parser *p, const char *op)
 {
 	if (!skip_op(p, op))
-		fail(p, OPUS_ERR_TEMPLATE, cur(p)->line, "expected '%s', got %s", op, tok_desc(cur(p)));
+		jp_fail(p, OPUS_ERR_TEMPLATE, cur(p)->line, "expected '%s', got %s", op, tok_desc(cur(p)));
 }
 
 static void
 expect_type(struct parser *p, int type, const char *what)
 {
 	if (cur(p)->type != type)
-		fail(p, OPUS_ERR_TEMPLATE, cur(p)->line, "expected %s, got %s", what, tok_desc(cur(p)));
+		jp_fail(p, OPUS_ERR_TEMPLATE, cur(p)->line, "expected %s, got %s", what, tok_desc(cur(p)));
 	p->ti++;
 }
 
@@ -781,7 +191,7 @@ expect_name(struct parser *p)
 	struct tok *t = cur(p);
 
 	if (t->type != T_NAME)
-		fail(p, OPUS_ERR_TEMPLATE, t->line, "expected a name, got %s", tok_desc(t));
+		jp_fail(p, OPUS_ERR_TEMPLATE, t->line, "expected a name, got %s", tok_desc(t));
 	p->ti++;
 	return t->s;
 }
@@ -789,7 +199,7 @@ expect_name(struct parser *p)
 static struct jnode *
 node(struct parser *p, int type, int line)
 {
-	struct jnode *n = palloc0(p, sizeof(*n));
+	struct jnode *n = jp_alloc0(p, sizeof(*n));
 
 	n->t = (uint8_t) type;
 	n->line = line;
@@ -811,8 +221,8 @@ nvec_push(struct parser *p, struct nvec *v, struct jnode *x, const char *name)
 	if (v->n == v->cap)
 	{
 		int			cap = v->cap ? v->cap * 2 : 4;
-		struct jnode **nv = palloc0(p, sizeof(*nv) * (size_t) cap);
-		const char **nn = palloc0(p, sizeof(*nn) * (size_t) cap);
+		struct jnode **nv = jp_alloc0(p, sizeof(*nv) * (size_t) cap);
+		const char **nn = jp_alloc0(p, sizeof(*nn) * (size_t) cap);
 
 		if (v->n)
 		{
@@ -832,7 +242,7 @@ static void
 enter(struct parser *p)
 {
 	if (++p->depth > p->max_depth)
-		fail(p, OPUS_ERR_TEMPLATE, cur(p)->line, "template nested too deeply (over %d levels)",
+		jp_fail(p, OPUS_ERR_TEMPLATE, cur(p)->line, "template nested too deeply (over %d levels)",
 			 p->max_depth);
 }
 
@@ -882,7 +292,7 @@ parse_args(struct parser *p, struct jnode *n)
 				break;
 		}
 		if (is_op(p, "*") || is_op(p, "**"))
-			fail(p, OPUS_ERR_UNSUPPORTED, cur(p)->line, "*args and **kwargs are not supported");
+			jp_fail(p, OPUS_ERR_UNSUPPORTED, cur(p)->line, "*args and **kwargs are not supported");
 		if (cur(p)->type == T_NAME && p->toks[p->ti + 1].type == T_OP &&
 			strcmp(p->toks[p->ti + 1].s, "=") == 0)
 		{
@@ -894,7 +304,7 @@ parse_args(struct parser *p, struct jnode *n)
 		else
 		{
 			if (kw.n)
-				fail(p, OPUS_ERR_TEMPLATE, cur(p)->line, "positional argument after a keyword argument");
+				jp_fail(p, OPUS_ERR_TEMPLATE, cur(p)->line, "positional argument after a keyword argument");
 			nvec_push(p, &pos, parse_expr(p, true), NULL);
 		}
 	}
@@ -914,7 +324,7 @@ parse_filter(struct parser *p, struct jnode *arg)
 	struct jnode *n;
 
 	if (!jinja_known_filter(name))
-		fail(p, OPUS_ERR_UNSUPPORTED, line, "unsupported filter '%s'", name);
+		jp_fail(p, OPUS_ERR_UNSUPPORTED, line, "unsupported filter '%s'", name);
 	n = node(p, E_FILTER, line);
 	n->a = arg;
 	n->s = name;
@@ -940,7 +350,7 @@ parse_test(struct parser *p, struct jnode *arg)
 	else
 		name = expect_name(p);
 	if (!jinja_known_test(name))
-		fail(p, OPUS_ERR_UNSUPPORTED, line, "unsupported test '%s'", name);
+		jp_fail(p, OPUS_ERR_UNSUPPORTED, line, "unsupported test '%s'", name);
 	n = node(p, E_TEST, line);
 	n->a = arg;
 	n->s = name;
@@ -956,7 +366,7 @@ parse_test(struct parser *p, struct jnode *arg)
 	{
 		struct jnode *a = parse_postfix(p, parse_primary(p));
 
-		n->v = palloc0(p, sizeof(*n->v));
+		n->v = jp_alloc0(p, sizeof(*n->v));
 		n->v[0] = a;
 		n->nv = 1;
 	}
@@ -1007,13 +417,13 @@ parse_postfix(struct parser *p, struct jnode *n)
 					p->ti++;
 					slice = true;
 					if (++k > 2)
-						fail(p, OPUS_ERR_TEMPLATE, line, "bad slice");
+						jp_fail(p, OPUS_ERR_TEMPLATE, line, "bad slice");
 					continue;
 				}
 				if (is_op(p, "]"))
 					break;
 				if (parts[k])
-					fail(p, OPUS_ERR_TEMPLATE, line, "expected ']' or ':'");
+					jp_fail(p, OPUS_ERR_TEMPLATE, line, "expected ']' or ':'");
 				parts[k] = slice ? parse_expr(p, true) : parse_tuple(p, true);
 			}
 			p->depth--;
@@ -1028,7 +438,7 @@ parse_postfix(struct parser *p, struct jnode *n)
 			else
 			{
 				if (!parts[0])
-					fail(p, OPUS_ERR_TEMPLATE, line, "empty subscript");
+					jp_fail(p, OPUS_ERR_TEMPLATE, line, "empty subscript");
 				m = node(p, E_ITEM, line);
 				m->b = parts[0];
 			}
@@ -1101,7 +511,7 @@ parse_primary(struct parser *p)
 
 				while (p->toks[k].type == T_STRING)
 					total += p->toks[k++].n;
-				s = palloc0(p, total + 1);
+				s = jp_alloc0(p, total + 1);
 				total = 0;
 				while (cur(p)->type == T_STRING)
 				{
@@ -1111,7 +521,7 @@ parse_primary(struct parser *p)
 				}
 				n = node(p, E_LIT, t->line);
 				n->lit.k = J_STR;
-				n->lit.u.s = palloc0(p, sizeof(struct jstr) + total + 1);
+				n->lit.u.s = jp_alloc0(p, sizeof(struct jstr) + total + 1);
 				n->lit.u.s->n = total;
 				memcpy(n->lit.u.s->p, s, total);
 				break;
@@ -1197,7 +607,7 @@ parse_primary(struct parser *p)
 			}
 			/* FALLTHROUGH */
 		default:
-			fail(p, OPUS_ERR_TEMPLATE, t->line, "unexpected %s", tok_desc(t));
+			jp_fail(p, OPUS_ERR_TEMPLATE, t->line, "unexpected %s", tok_desc(t));
 	}
 	p->depth--;
 	return n;
@@ -1433,7 +843,7 @@ static void
 expect_end(struct parser *p, const char *stopped, const char *want, int line)
 {
 	if (stopped == NULL || strcmp(stopped, want) != 0)
-		fail(p, OPUS_ERR_TEMPLATE, line, "missing {%% %s %%}", want);
+		jp_fail(p, OPUS_ERR_TEMPLATE, line, "missing {%% %s %%}", want);
 	p->ti++;					/* the end name */
 	end_block(p);
 }
@@ -1504,14 +914,14 @@ parse_for(struct parser *p, int line)
 	if (paren)
 		expect_op(p, ")");
 	if (!skip_name(p, "in"))
-		fail(p, OPUS_ERR_TEMPLATE, cur(p)->line, "expected 'in' in a for loop");
+		jp_fail(p, OPUS_ERR_TEMPLATE, cur(p)->line, "expected 'in' in a for loop");
 	n->kn = targets.names;
 	n->nk = targets.n;
 	n->a = parse_tuple(p, false);
 	if (skip_name(p, "if"))
 		n->b = parse_expr(p, true);
 	if (is_name(p, "recursive"))
-		fail(p, OPUS_ERR_UNSUPPORTED, line, "recursive for loops are not supported");
+		jp_fail(p, OPUS_ERR_UNSUPPORTED, line, "recursive for loops are not supported");
 	end_block(p);
 	p->loop_depth++;
 	n->c = parse_body(p, stops, &stopped);
@@ -1554,7 +964,7 @@ parse_set(struct parser *p, int line)
 		const char *stopped;
 
 		if (attr || targets.n != 1)
-			fail(p, OPUS_ERR_TEMPLATE, line, "a block set needs one plain name");
+			jp_fail(p, OPUS_ERR_TEMPLATE, line, "a block set needs one plain name");
 		n = node(p, S_SETBLOCK, line);
 		if (skip_op(p, "|"))
 			n->b = parse_filter_chain(p, line);
@@ -1615,7 +1025,7 @@ parse_statement(struct parser *p)
 	struct jnode *n;
 
 	if (t->type != T_NAME)
-		fail(p, OPUS_ERR_TEMPLATE, line, "expected a statement name, got %s", tok_desc(t));
+		jp_fail(p, OPUS_ERR_TEMPLATE, line, "expected a statement name, got %s", tok_desc(t));
 	kw = t->s;
 	p->ti++;
 	if (strcmp(kw, "if") == 0)
@@ -1629,7 +1039,7 @@ parse_statement(struct parser *p)
 	if (strcmp(kw, "break") == 0 || strcmp(kw, "continue") == 0)
 	{
 		if (p->loop_depth == 0)
-			fail(p, OPUS_ERR_TEMPLATE, line, "'%s' outside a loop", kw);
+			jp_fail(p, OPUS_ERR_TEMPLATE, line, "'%s' outside a loop", kw);
 		end_block(p);
 		return node(p, kw[0] == 'b' ? S_BREAK : S_CONTINUE, line);
 	}
@@ -1662,19 +1072,19 @@ parse_statement(struct parser *p)
 		const char *stopped;
 
 		if (is_op(p, "("))
-			fail(p, OPUS_ERR_UNSUPPORTED, line, "call blocks with parameters are not supported");
+			jp_fail(p, OPUS_ERR_UNSUPPORTED, line, "call blocks with parameters are not supported");
 		n = node(p, S_CALLBLOCK, line);
 		n->a = parse_expr(p, true);
 		if (n->a->t != E_CALL)
-			fail(p, OPUS_ERR_TEMPLATE, line, "a call block needs a macro call");
+			jp_fail(p, OPUS_ERR_TEMPLATE, line, "a call block needs a macro call");
 		end_block(p);
 		n->c = parse_body(p, stops, &stopped);
 		expect_end(p, stopped, "endcall", line);
 		return n;
 	}
 	if (strncmp(kw, "end", 3) == 0 || strcmp(kw, "elif") == 0 || strcmp(kw, "else") == 0)
-		fail(p, OPUS_ERR_TEMPLATE, line, "unexpected '%s'", kw);
-	fail(p, OPUS_ERR_UNSUPPORTED, line, "unsupported statement '%s'", kw);
+		jp_fail(p, OPUS_ERR_TEMPLATE, line, "unexpected '%s'", kw);
+	jp_fail(p, OPUS_ERR_UNSUPPORTED, line, "unsupported statement '%s'", kw);
 }
 
 /*
@@ -1733,7 +1143,7 @@ parse_body(struct parser *p, const char *const *stops, const char **stopped)
 			nvec_push(p, &v, parse_statement(p), NULL);
 			continue;
 		}
-		fail(p, OPUS_ERR_TEMPLATE, t->line, "unexpected %s", tok_desc(t));
+		jp_fail(p, OPUS_ERR_TEMPLATE, t->line, "unexpected %s", tok_desc(t));
 	}
 done:
 	p->depth--;
@@ -1746,7 +1156,7 @@ done:
 static void
 normalize(struct parser *p, const char *src, size_t len)
 {
-	char	   *norm = palloc0(p, len + 1);
+	char	   *norm = jp_alloc0(p, len + 1);
 	size_t		n = 0;
 
 	for (size_t i = 0; i < len; i++)
@@ -1803,7 +1213,7 @@ opus_jinja_parse(const char *src, size_t len, const struct opus_jinja_limits *li
 		return code;
 	}
 	normalize(p, src, len);
-	lex(p);
+	jp_lex(p);
 	t->root = parse_body(p, NULL, &stopped);
 	free(p);
 	*out = t;
