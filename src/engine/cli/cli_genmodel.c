@@ -143,93 +143,6 @@ usage(FILE *f)
 
 /* ---- metadata ---- */
 
-struct kvbuf
-{
-	uint8_t    *p;
-	size_t		n;
-	size_t		cap;
-	bool		oom;
-};
-
-static void
-kb_put(struct kvbuf *b, const void *data, size_t n)
-{
-	if (b->oom)
-		return;
-	if (b->n + n > b->cap)
-	{
-		size_t		ncap = b->cap ? b->cap : 4096;
-		uint8_t    *q;
-
-		while (ncap < b->n + n)
-			ncap *= 2;
-		q = realloc(b->p, ncap);
-		if (q == NULL)
-		{
-			b->oom = true;
-			return;
-		}
-		b->p = q;
-		b->cap = ncap;
-	}
-	memcpy(b->p + b->n, data, n);
-	b->n += n;
-}
-
-static void
-kb_u32(struct kvbuf *b, uint32_t v)
-{
-	kb_put(b, &v, 4);
-}
-
-static void
-kb_u64(struct kvbuf *b, uint64_t v)
-{
-	kb_put(b, &v, 8);
-}
-
-static enum opus_status
-add_str_array(struct opus_gguf_writer *w, const char *key, const struct strvec *v,
-			  struct opus_error *err)
-{
-	struct kvbuf b = {0};
-	enum opus_status st;
-
-	kb_u32(&b, OPUS_GGUF_STRING);
-	kb_u64(&b, v->n);
-	for (size_t i = 0; i < v->n; i++)
-	{
-		size_t		len = strlen(v->s[i]);
-
-		kb_u64(&b, len);
-		kb_put(&b, v->s[i], len);
-	}
-	if (b.oom)
-		st = opus_error_set(err, OPUS_ERR_NOMEM, "out of memory");
-	else
-		st = opus_gguf_writer_add_raw(w, key, OPUS_GGUF_ARRAY, b.p, b.n, err);
-	free(b.p);
-	return st;
-}
-
-static enum opus_status
-add_i32_array(struct opus_gguf_writer *w, const char *key, const int32_t *a,
-			  size_t n, struct opus_error *err)
-{
-	struct kvbuf b = {0};
-	enum opus_status st;
-
-	kb_u32(&b, OPUS_GGUF_INT32);
-	kb_u64(&b, n);
-	kb_put(&b, a, n * sizeof(int32_t));
-	if (b.oom)
-		st = opus_error_set(err, OPUS_ERR_NOMEM, "out of memory");
-	else
-		st = opus_gguf_writer_add_raw(w, key, OPUS_GGUF_ARRAY, b.p, b.n, err);
-	free(b.p);
-	return st;
-}
-
 static enum opus_status
 add_f32(struct opus_gguf_writer *w, const char *key, float v, struct opus_error *err)
 {
@@ -389,9 +302,9 @@ add_metadata(struct opus_gguf_writer *w, const struct model_spec *m, uint64_t se
 	U32("llama.rope.dimension_count", sh->n_embd / sh->n_head);
 	TRY(opus_gguf_writer_add_str(w, "tokenizer.ggml.model", "gpt2", err));
 	TRY(opus_gguf_writer_add_str(w, "tokenizer.ggml.pre", v->pre, err));
-	TRY(add_str_array(w, "tokenizer.ggml.tokens", &v->tokens, err));
-	TRY(add_i32_array(w, "tokenizer.ggml.token_type", v->types, v->tokens.n, err));
-	TRY(add_str_array(w, "tokenizer.ggml.merges", &v->merges, err));
+	TRY(opus_gguf_writer_add_str_array(w, "tokenizer.ggml.tokens", v->tokens.s, v->tokens.n, err));
+	TRY(opus_gguf_writer_add_i32_array(w, "tokenizer.ggml.token_type", v->types, v->tokens.n, err));
+	TRY(opus_gguf_writer_add_str_array(w, "tokenizer.ggml.merges", v->merges.s, v->merges.n, err));
 	U32("tokenizer.ggml.bos_token_id", v->bos);
 	U32("tokenizer.ggml.eos_token_id", v->eos);
 	if (v->unk >= 0)

@@ -150,6 +150,13 @@ enum opus_status opus_gguf_writer_add_u32(struct opus_gguf_writer *w,
 enum opus_status opus_gguf_writer_add_str(struct opus_gguf_writer *w,
 										  const char *key, const char *s,
 										  struct opus_error *err);
+/* Arrays of n strings / n int32 values. */
+enum opus_status opus_gguf_writer_add_str_array(struct opus_gguf_writer *w,
+												const char *key, char *const *s,
+												size_t n, struct opus_error *err);
+enum opus_status opus_gguf_writer_add_i32_array(struct opus_gguf_writer *w,
+												const char *key, const int32_t *v,
+												size_t n, struct opus_error *err);
 /* Add a tensor; data (nbytes, which must equal the row size times rows) is copied. */
 enum opus_status opus_gguf_writer_add_tensor(struct opus_gguf_writer *w,
 											 const char *name, int n_dims,

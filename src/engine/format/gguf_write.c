@@ -41,6 +41,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/buf.h"
 #include "format/gguf_int.h"
 
 struct wkv
@@ -275,6 +276,58 @@ opus_gguf_writer_add_str(struct opus_gguf_writer *w, const char *key,
 	st = opus_gguf_writer_add_raw(w, key, OPUS_GGUF_STRING, buf, 8 + len, err);
 	free(buf);
 	return st;
+}
+
+/* An array value: element type, count, then the elements' bytes in b. */
+static enum opus_status
+add_array(struct opus_gguf_writer *w, const char *key, struct opus_buf *b,
+		  struct opus_error *err)
+{
+	enum opus_status st;
+
+	if (b->oom)
+		st = opus_error_set(err, OPUS_ERR_NOMEM, "out of memory");
+	else
+		st = opus_gguf_writer_add_raw(w, key, OPUS_GGUF_ARRAY, b->p, b->n, err);
+	opus_buf_free(b);
+	return st;
+}
+
+enum opus_status
+opus_gguf_writer_add_str_array(struct opus_gguf_writer *w, const char *key,
+							   char *const *s, size_t n, struct opus_error *err)
+{
+	struct opus_buf b = {0};
+	uint32_t	type = OPUS_GGUF_STRING;
+	uint64_t	count = n;
+
+	(void) opus_buf_put(&b, &type, 4);
+	(void) opus_buf_put(&b, &count, 8);
+	for (size_t i = 0; i < n; i++)
+	{
+		uint64_t	len = strlen(s[i]);
+
+		(void) opus_buf_put(&b, &len, 8);
+		(void) opus_buf_put(&b, s[i], len);
+	}
+	return add_array(w, key, &b, err);
+}
+
+enum opus_status
+opus_gguf_writer_add_i32_array(struct opus_gguf_writer *w, const char *key,
+							   const int32_t *v, size_t n, struct opus_error *err)
+{
+	struct opus_buf b = {0};
+	uint32_t	type = OPUS_GGUF_INT32;
+	uint64_t	count = n;
+
+	(void) opus_buf_put(&b, &type, 4);
+	(void) opus_buf_put(&b, &count, 8);
+	if (n > SIZE_MAX / sizeof(int32_t))
+		b.oom = true;
+	else
+		(void) opus_buf_put(&b, v, n * sizeof(int32_t));
+	return add_array(w, key, &b, err);
 }
 
 /*

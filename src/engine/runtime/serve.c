@@ -55,6 +55,7 @@
 #include "quant/qtype.h"
 #include "runtime/scheduler.h"
 #include "runtime/serve.h"
+#include "base/buf.h"
 #include "base/status.h"
 #include "text/tokenizer.h"
 
@@ -78,14 +79,6 @@ _Static_assert(OPUS_PROTO_MAX_STOP <= OPUS_MAX_STOP &&
 #define SERVE_EXIT_PROTOCOL 3
 #define SERVE_STATS_INTERVAL_MS 250.0
 
-/* Growable byte buffer. */
-struct serve_buf
-{
-	uint8_t    *data;
-	size_t		len;
-	size_t		cap;
-};
-
 struct serve
 {
 	int			fd;
@@ -97,8 +90,8 @@ struct serve
 	struct opus_sched *sched;
 	const struct opus_tokenizer *tok;
 	struct opus_chat_renderer *chat;	/* the model's template (chat.h) */
-	struct serve_buf in;		/* received, not yet parsed */
-	struct serve_buf out;		/* frames to send */
+	struct opus_buf in;		/* received, not yet parsed */
+	struct opus_buf out;		/* frames to send */
 	bool		out_failed;		/* a write failed: the peer is gone */
 	/* live generation ids (to reject duplicates) */
 	uint64_t   *live;
@@ -110,40 +103,6 @@ struct serve
 	double		stats_sent_at;	/* now_ms() of the last STATS frame */
 	uint64_t   *experts_sent;	/* counters of the last EXPERTS frame, or NULL */
 };
-
-static bool
-buf_reserve(struct serve_buf *b, size_t extra)
-{
-	size_t		need;
-	size_t		cap;
-	uint8_t    *p;
-
-	if (extra > SIZE_MAX - b->len)
-		return false;
-	need = b->len + extra;
-	if (need <= b->cap)
-		return true;
-	cap = b->cap ? b->cap : 4096;
-	while (cap < need)
-	{
-		if (cap > SIZE_MAX / 2)
-			return false;
-		cap *= 2;
-	}
-	p = realloc(b->data, cap);
-	if (!p)
-		return false;
-	b->data = p;
-	b->cap = cap;
-	return true;
-}
-
-static void
-buf_consume(struct serve_buf *b, size_t n)
-{
-	memmove(b->data, b->data + n, b->len - n);
-	b->len -= n;
-}
 
 static double
 now_ms(void)
@@ -165,15 +124,15 @@ frame_begin(struct serve *s, uint16_t type, uint64_t id, size_t plen)
 	uint8_t    *p;
 
 	if (plen > OPUS_PROTO_MAX_PAYLOAD ||
-		!buf_reserve(&s->out, OPUS_PROTO_HEADER_SIZE + plen))
+		!opus_buf_reserve(&s->out, OPUS_PROTO_HEADER_SIZE + plen))
 	{
 		fprintf(stderr, "opus_engine serve: cannot queue a frame of %zu bytes\n", plen);
 		s->out_failed = true;
 		return NULL;
 	}
-	p = s->out.data + s->out.len;
+	p = (uint8_t *) s->out.p + s->out.n;
 	opus_proto_encode_header(p, (uint32_t) plen, type, id);
-	s->out.len += OPUS_PROTO_HEADER_SIZE + plen;
+	s->out.n += OPUS_PROTO_HEADER_SIZE + plen;
 	return p + OPUS_PROTO_HEADER_SIZE;
 }
 
@@ -234,9 +193,9 @@ flush_out(struct serve *s)
 {
 	size_t		off = 0;
 
-	while (off < s->out.len)
+	while (off < s->out.n)
 	{
-		ssize_t		n = send(s->fd, s->out.data + off, s->out.len - off, MSG_NOSIGNAL);
+		ssize_t		n = send(s->fd, s->out.p + off, s->out.n - off, MSG_NOSIGNAL);
 
 		if (n < 0)
 		{
@@ -254,7 +213,7 @@ flush_out(struct serve *s)
 		}
 		off += (size_t) n;
 	}
-	s->out.len = 0;
+	s->out.n = 0;
 	return !s->out_failed;
 }
 
@@ -896,7 +855,7 @@ drain_input(struct serve *s)
 		const char *why = NULL;
 		enum opus_proto_result r;
 
-		r = opus_proto_parse_header(s->in.data + off, s->in.len - off, &h, &why);
+		r = opus_proto_parse_header((const uint8_t *) s->in.p + off, s->in.n - off, &h, &why);
 		if (r == OPUS_PROTO_NEED_MORE)
 			break;
 		if (r == OPUS_PROTO_BAD)
@@ -905,9 +864,9 @@ drain_input(struct serve *s)
 			ok = false;
 			break;
 		}
-		if (s->in.len - off < OPUS_PROTO_HEADER_SIZE + (size_t) h.length)
+		if (s->in.n - off < OPUS_PROTO_HEADER_SIZE + (size_t) h.length)
 			break;
-		if (!handle_frame(s, &h, s->in.data + off + OPUS_PROTO_HEADER_SIZE))
+		if (!handle_frame(s, &h, (const uint8_t *) s->in.p + off + OPUS_PROTO_HEADER_SIZE))
 		{
 			ok = false;
 			break;
@@ -915,7 +874,7 @@ drain_input(struct serve *s)
 		off += OPUS_PROTO_HEADER_SIZE + h.length;
 	}
 	if (off > 0)
-		buf_consume(&s->in, off);
+		opus_buf_consume(&s->in, off);
 	return ok;
 }
 
@@ -928,12 +887,12 @@ read_some(struct serve *s)
 {
 	ssize_t		n;
 
-	if (!buf_reserve(&s->in, 65536))
+	if (!opus_buf_reserve(&s->in, 65536))
 		return -1;
-	n = recv(s->fd, s->in.data + s->in.len, s->in.cap - s->in.len, MSG_DONTWAIT);
+	n = recv(s->fd, s->in.p + s->in.n, s->in.cap - s->in.n, MSG_DONTWAIT);
 	if (n > 0)
 	{
-		s->in.len += (size_t) n;
+		s->in.n += (size_t) n;
 		return 1;
 	}
 	if (n == 0)
@@ -950,7 +909,7 @@ read_frame_blocking(struct serve *s, struct opus_proto_header *h)
 	for (;;)
 	{
 		const char *why = NULL;
-		enum opus_proto_result r = opus_proto_parse_header(s->in.data, s->in.len, h, &why);
+		enum opus_proto_result r = opus_proto_parse_header((const uint8_t *) s->in.p, s->in.n, h, &why);
 		struct pollfd pfd = {.fd = s->fd,.events = POLLIN};
 
 		if (r == OPUS_PROTO_BAD)
@@ -958,7 +917,7 @@ read_frame_blocking(struct serve *s, struct opus_proto_header *h)
 			fprintf(stderr, "opus_engine serve: protocol error: %s\n", why);
 			return false;
 		}
-		if (r == OPUS_PROTO_OK && s->in.len >= OPUS_PROTO_HEADER_SIZE + (size_t) h->length)
+		if (r == OPUS_PROTO_OK && s->in.n >= OPUS_PROTO_HEADER_SIZE + (size_t) h->length)
 			return true;
 		if (poll(&pfd, 1, -1) < 0 && errno != EINTR)
 			return false;
@@ -1225,8 +1184,8 @@ serve_free(struct serve *s)
 	opus_chat_renderer_free(s->chat);
 	if (s->model)
 		opus_model_free(s->model);
-	free(s->in.data);
-	free(s->out.data);
+	free(s->in.p);
+	free(s->out.p);
 	free(s->live);
 	free(s->live_prog);
 	free(s->experts_sent);
@@ -1260,13 +1219,13 @@ serve_loop(struct serve *s)
 					return SERVE_EXIT_PROTOCOL;
 				}
 				/* Bound the buffer: stop reading once a frame is pending in full. */
-				if (s->in.len > OPUS_PROTO_HEADER_SIZE + (size_t) OPUS_PROTO_MAX_PAYLOAD)
+				if (s->in.n > OPUS_PROTO_HEADER_SIZE + (size_t) OPUS_PROTO_MAX_PAYLOAD)
 					break;
 			}
 			if (r < 0)
 			{
 				/* EOF: the supervisor closed its end.  A clean exit. */
-				return s->in.len == 0 ? 0 : SERVE_EXIT_PROTOCOL;
+				return s->in.n == 0 ? 0 : SERVE_EXIT_PROTOCOL;
 			}
 		}
 		if (opus_sched_n_active(s->sched) > 0)
@@ -1280,7 +1239,7 @@ serve_loop(struct serve *s)
 		}
 		send_progress(s);
 		send_stats_if_changed(s);
-		if (s->out.len > 0 && !flush_out(s))
+		if (s->out.n > 0 && !flush_out(s))
 			return 0;			/* peer gone */
 		if (s->out_failed)
 			return 1;
@@ -1309,7 +1268,7 @@ opus_serve(int fd, int kv_fd)
 		return SERVE_EXIT_PROTOCOL;
 	}
 	if (h.type != OPUS_MSG_HELLO ||
-		!opus_proto_parse_hello(s.in.data + OPUS_PROTO_HEADER_SIZE, h.length, &hello, &why))
+		!opus_proto_parse_hello((const uint8_t *) s.in.p + OPUS_PROTO_HEADER_SIZE, h.length, &hello, &why))
 	{
 		char		mismatch[OPUS_PROTO_MSG_LEN];
 
@@ -1325,7 +1284,7 @@ opus_serve(int fd, int kv_fd)
 		serve_free(&s);
 		return SERVE_EXIT_PROTOCOL;
 	}
-	buf_consume(&s.in, OPUS_PROTO_HEADER_SIZE + h.length);
+	opus_buf_consume(&s.in, OPUS_PROTO_HEADER_SIZE + h.length);
 
 	if (serve_start(&s, &hello, &ready, &err) != OPUS_OK)
 	{
@@ -1349,7 +1308,7 @@ opus_serve(int fd, int kv_fd)
 		return 0;
 	}
 	/* Anything that arrived right after HELLO. */
-	if (s.in.len > 0 && !drain_input(&s))
+	if (s.in.n > 0 && !drain_input(&s))
 	{
 		serve_free(&s);
 		return SERVE_EXIT_PROTOCOL;

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/buf.h"
 #include "text/jinja.h"
 #include "text/tokenizer.h"
 
@@ -108,48 +109,14 @@ opus_chat_renderer_why(const struct opus_chat_renderer *r)
 	return r->why;
 }
 
-struct buf
-{
-	char	   *p;
-	size_t		n,
-				cap;
-	bool		oom;
-};
-
 static void
-put(struct buf *b, const char *s, size_t n)
+puts_(struct opus_buf *b, const char *s)
 {
-	if (b->oom)
-		return;
-	if (b->n + n + 1 > b->cap)
-	{
-		size_t		cap = b->cap ? b->cap : 1024;
-		char	   *p;
-
-		while (cap < b->n + n + 1)
-			cap *= 2;
-		p = realloc(b->p, cap);
-		if (!p)
-		{
-			b->oom = true;
-			return;
-		}
-		b->p = p;
-		b->cap = cap;
-	}
-	memcpy(b->p + b->n, s, n);
-	b->n += n;
-	b->p[b->n] = '\0';
+	(void) opus_buf_put(b, s, strlen(s));
 }
 
 static void
-puts_(struct buf *b, const char *s)
-{
-	put(b, s, strlen(s));
-}
-
-static void
-put_json_str(struct buf *b, const char *s)
+put_json_str(struct opus_buf *b, const char *s)
 {
 	size_t		n = strlen(s);
 	size_t		need = opus_jinja_json_quote(s, n, NULL, 0);
@@ -161,7 +128,7 @@ put_json_str(struct buf *b, const char *s)
 		return;
 	}
 	opus_jinja_json_quote(s, n, tmp, need + 1);
-	put(b, tmp, need);
+	(void) opus_buf_put(b, tmp, need);
 	free(tmp);
 }
 
@@ -171,7 +138,7 @@ opus_chat_renderer_apply(const struct opus_chat_renderer *r, const struct opus_c
 						 bool add_generation_prompt, char **out, size_t *out_len,
 						 struct opus_error *err)
 {
-	struct buf	ctx = {0};
+	struct opus_buf	ctx = {0};
 	enum opus_status st;
 	struct opus_error jerr = {0};
 
@@ -193,7 +160,7 @@ opus_chat_renderer_apply(const struct opus_chat_renderer *r, const struct opus_c
 	}
 	puts_(&ctx, "], \"tools\": ");
 	if (tools_json && tools_len)
-		put(&ctx, tools_json, tools_len);
+		(void) opus_buf_put(&ctx, tools_json, tools_len);
 	else
 		puts_(&ctx, "null");
 	puts_(&ctx, add_generation_prompt ? ", \"add_generation_prompt\": true" :

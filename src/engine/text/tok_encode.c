@@ -31,27 +31,27 @@
 struct enc
 {
 	const struct opus_tokenizer *t;
-	struct vec	out;			/* int32_t token ids */
-	struct vec	cpt;			/* uint32_t */
-	struct vec	flg;			/* uint8_t */
-	struct vec	seg_a;			/* size_t segment lengths */
-	struct vec	seg_b;
-	struct buf	word;			/* byte-encoded word / SPM text */
-	struct vec	sym;			/* struct sym */
-	struct vec	heap;			/* struct bigram */
+	struct opus_vec	out;			/* int32_t token ids */
+	struct opus_vec	cpt;			/* uint32_t */
+	struct opus_vec	flg;			/* uint8_t */
+	struct opus_vec	seg_a;			/* size_t segment lengths */
+	struct opus_vec	seg_b;
+	struct opus_buf	word;			/* byte-encoded word / SPM text */
+	struct opus_vec	sym;			/* struct sym */
+	struct opus_vec	heap;			/* struct bigram */
 	bool		failed;			/* out of memory */
 	enum opus_status status;	/* first error */
 	char		msg[96];
 };
 
 static inline void
-seg_add(struct enc *e, struct vec *segs, size_t len)
+seg_add(struct enc *e, struct opus_vec *segs, size_t len)
 {
 	size_t	   *p;
 
 	if (len == 0)
 		return;
-	p = vec_push(segs);
+	p = opus_vec_push(segs);
 	if (!p)
 	{
 		e->failed = true;
@@ -69,7 +69,7 @@ seg_add(struct enc *e, struct vec *segs, size_t len)
 
 /* \p{N} (each digit alone) or \p{N}+ (runs), as a regex split: gaps kept. */
 static void
-split_numbers(struct enc *e, size_t ini, size_t end, bool runs, struct vec *o)
+split_numbers(struct enc *e, size_t ini, size_t end, bool runs, struct opus_vec *o)
 {
 	const uint8_t *fl = e->flg.p;
 	size_t		gap = ini;
@@ -95,7 +95,7 @@ split_numbers(struct enc *e, size_t ini, size_t end, bool runs, struct vec *o)
 
 /* [0-9][0-9][0-9], leftmost non-overlapping matches, gaps kept. */
 static void
-split_digits3(struct enc *e, size_t ini, size_t end, struct vec *o)
+split_digits3(struct enc *e, size_t ini, size_t end, struct opus_vec *o)
 {
 	const uint32_t *cp = e->cpt.p;
 	size_t		gap = ini;
@@ -118,7 +118,7 @@ split_digits3(struct enc *e, size_t ini, size_t end, struct vec *o)
 
 /* [\p{P}\$\+<=>\^~\|]+ (the "default" pre-tokenizer's first pattern). */
 static void
-split_punct(struct enc *e, size_t ini, size_t end, struct vec *o)
+split_punct(struct enc *e, size_t ini, size_t end, struct opus_vec *o)
 {
 	const uint32_t *cp = e->cpt.p;
 	const uint8_t *fl = e->flg.p;
@@ -149,7 +149,7 @@ split_punct(struct enc *e, size_t ini, size_t end, struct vec *o)
  * the way llama.cpp's hand-written splitter evaluates it.
  */
 static void
-split_gpt2(struct enc *e, size_t ini, size_t end, struct vec *o)
+split_gpt2(struct enc *e, size_t ini, size_t end, struct opus_vec *o)
 {
 	const uint32_t *cp = e->cpt.p;
 	const uint8_t *fl = e->flg.p;
@@ -238,7 +238,7 @@ split_gpt2(struct enc *e, size_t ini, size_t end, struct vec *o)
  */
 static void
 split_llama3(struct enc *e, size_t ini, size_t end, size_t max_digits,
-			 struct vec *o)
+			 struct opus_vec *o)
 {
 	const uint32_t *cp = e->cpt.p;
 	const uint8_t *fl = e->flg.p;
@@ -369,7 +369,7 @@ apply_split(struct enc *e, enum splitter s)
 {
 	size_t		start = 0;
 	const size_t *segs = e->seg_a.p;
-	struct vec	tmp;
+	struct opus_vec	tmp;
 
 	e->seg_b.n = 0;
 	for (size_t i = 0; i < e->seg_a.n; i++)
@@ -444,12 +444,12 @@ bigram_before(const struct bigram *a, const struct bigram *b, bool spm)
 }
 
 static bool
-heap_push(struct vec *h, const struct bigram *b, bool spm)
+heap_push(struct opus_vec *h, const struct bigram *b, bool spm)
 {
 	struct bigram *a;
 	size_t		i;
 
-	if (!vec_push(h))
+	if (!opus_vec_push(h))
 		return false;
 	a = h->p;
 	i = h->n - 1;
@@ -467,7 +467,7 @@ heap_push(struct vec *h, const struct bigram *b, bool spm)
 }
 
 static struct bigram
-heap_pop(struct vec *h, bool spm)
+heap_pop(struct opus_vec *h, bool spm)
 {
 	struct bigram *a = h->p;
 	struct bigram top = a[0];
@@ -495,7 +495,7 @@ heap_pop(struct vec *h, bool spm)
 static void
 push_token(struct enc *e, int32_t id)
 {
-	int32_t    *p = vec_push(&e->out);
+	int32_t    *p = opus_vec_push(&e->out);
 
 	if (!p)
 		e->failed = true;
@@ -512,7 +512,7 @@ make_symbols(struct enc *e)
 	struct sym *s;
 	size_t		k = 0;
 
-	if (!vec_reserve(&e->sym, n))
+	if (!opus_vec_reserve(&e->sym, n))
 		return false;
 	s = e->sym.p;
 	for (size_t off = 0; off < n;)
@@ -668,7 +668,7 @@ bpe_fragment(struct enc *e, const char *text, size_t len)
 	}
 
 	/* decode to code points (invalid bytes become U+FFFD) */
-	if (!vec_reserve(&e->cpt, len) || !vec_reserve(&e->flg, len))
+	if (!opus_vec_reserve(&e->cpt, len) || !opus_vec_reserve(&e->flg, len))
 	{
 		e->failed = true;
 		return;
@@ -705,7 +705,7 @@ bpe_fragment(struct enc *e, const char *text, size_t len)
 			{
 				uint8_t		b = (uint8_t) u[k];
 
-				if (!buf_put(&e->word, t->byte_utf8[b], t->byte_utf8_len[b]))
+				if (!opus_buf_put(&e->word, t->byte_utf8[b], t->byte_utf8_len[b]))
 				{
 					e->failed = true;
 					return;
@@ -769,12 +769,12 @@ spm_fragment(struct enc *e, const char *text, size_t len, bool prefix_space)
 	struct sym *s;
 
 	e->word.n = 0;
-	if (prefix_space && !buf_put(&e->word, "\xe2\x96\x81", 3))
+	if (prefix_space && !opus_buf_put(&e->word, "\xe2\x96\x81", 3))
 		goto oom;
 	for (size_t i = 0; i < len; i++)
 	{
-		bool		ok = text[i] == ' ' ? buf_put(&e->word, "\xe2\x96\x81", 3) :
-			buf_put(&e->word, text + i, 1);
+		bool		ok = text[i] == ' ' ? opus_buf_put(&e->word, "\xe2\x96\x81", 3) :
+			opus_buf_put(&e->word, text + i, 1);
 
 		if (!ok)
 			goto oom;
@@ -859,16 +859,16 @@ in_literal(const struct opus_text_span *lit, int n_lit, size_t off, size_t n)
 static bool
 partition_special(const struct opus_tokenizer *t, const char *text, size_t len,
 				  bool parse_special, const struct opus_text_span *lit,
-				  int n_lit, struct vec *frags)
+				  int n_lit, struct opus_vec *frags)
 {
-	struct vec	next = {.elem = sizeof(struct frag)};
+	struct opus_vec	next = {.elem = sizeof(struct frag)};
 	struct frag *f;
 	uint8_t    *pairs;			/* which byte pairs occur in the text */
 
 	frags->n = 0;
 	if (len == 0)
 		return true;
-	f = vec_push(frags);
+	f = opus_vec_push(frags);
 	if (!f)
 		return false;
 	f->tok = -1;
@@ -913,7 +913,7 @@ partition_special(const struct opus_tokenizer *t, const char *text, size_t len,
 
 			if (cur.tok >= 0)
 			{
-				if (!(nf = vec_push(&next)))
+				if (!(nf = opus_vec_push(&next)))
 					goto oom;
 				*nf = cur;
 				continue;
@@ -934,13 +934,13 @@ partition_special(const struct opus_tokenizer *t, const char *text, size_t len,
 				found = true;
 				if (mo > cur.off)
 				{
-					if (!(nf = vec_push(&next)))
+					if (!(nf = opus_vec_push(&next)))
 						goto oom;
 					nf->tok = -1;
 					nf->off = cur.off;
 					nf->len = mo - cur.off;
 				}
-				if (!(nf = vec_push(&next)))
+				if (!(nf = opus_vec_push(&next)))
 					goto oom;
 				nf->tok = id;
 				nf->off = mo;
@@ -951,14 +951,14 @@ partition_special(const struct opus_tokenizer *t, const char *text, size_t len,
 			}
 			if (cur.len > 0)
 			{
-				if (!(nf = vec_push(&next)))
+				if (!(nf = opus_vec_push(&next)))
 					goto oom;
 				*nf = cur;
 			}
 		}
 		if (found)
 		{
-			struct vec	tmp = *frags;
+			struct opus_vec	tmp = *frags;
 
 			*frags = next;
 			next = tmp;
@@ -1021,7 +1021,7 @@ opus_tokenizer_encode_spans(const struct opus_tokenizer *t, const char *text,
 		.heap = {.elem = sizeof(struct bigram)},
 		.status = OPUS_OK,
 	};
-	struct vec	frags = {.elem = sizeof(struct frag)};
+	struct opus_vec	frags = {.elem = sizeof(struct frag)};
 	enum opus_status st = OPUS_OK;
 
 	*n_out = 0;

@@ -64,9 +64,9 @@ is_control(uint32_t c)
 }
 
 static bool
-put_id(struct vec *out, int32_t id)
+put_id(struct opus_vec *out, int32_t id)
 {
-	int32_t    *p = vec_push(out);
+	int32_t    *p = opus_vec_push(out);
 
 	if (!p)
 		return false;
@@ -77,7 +77,7 @@ put_id(struct vec *out, int32_t id)
 /* Split word ("\u2581" + text, n bytes) into pieces, or [UNK]. */
 static bool
 wpm_word(const struct opus_tokenizer *t, const char *w, size_t n,
-		 struct vec *out)
+		 struct opus_vec *out)
 {
 	size_t		before = out->n;
 
@@ -114,13 +114,13 @@ wpm_word(const struct opus_tokenizer *t, const char *w, size_t n,
 
 bool
 opus_wpm_tokenize(const struct opus_tokenizer *t, const char *text, size_t len,
-				  struct vec *out)
+				  struct opus_vec *out)
 {
-	struct buf	word = {0};
+	struct opus_buf	word = {0};
 	bool		ok = true;
 
 	/* every word starts with the phantom space */
-#define WORD_START() (word.n = 0, buf_put(&word, "\xe2\x96\x81", 3))
+#define WORD_START() (word.n = 0, opus_buf_put(&word, "\xe2\x96\x81", 3))
 #define WORD_END() \
 	do { \
 		if (word.n > 3 && !wpm_word(t, word.p, word.n, out)) \
@@ -150,11 +150,11 @@ opus_wpm_tokenize(const struct opus_tokenizer *t, const char *text, size_t len,
 			is_chinese_char(c))
 		{
 			WORD_END();
-			if (!buf_put(&word, enc, (size_t) el))
+			if (!opus_buf_put(&word, enc, (size_t) el))
 				goto oom;
 			WORD_END();
 		}
-		else if (!buf_put(&word, enc, (size_t) el))
+		else if (!opus_buf_put(&word, enc, (size_t) el))
 			goto oom;
 	}
 	WORD_END();

@@ -212,14 +212,14 @@ token_byte(const char *s, size_t n)
 
 /* Render one token as llama.cpp's token_to_piece(special = true) does. */
 static bool
-render_piece(const struct opus_tokenizer *t, int32_t id, struct buf *out)
+render_piece(const struct opus_tokenizer *t, int32_t id, struct opus_buf *out)
 {
 	size_t		n;
 	const char *s = tok_text(t, id, &n);
 	uint8_t		a = t->attr[id];
 
 	if (a & (ATTR_UNKNOWN | ATTR_CONTROL | ATTR_USER_DEFINED))
-		return buf_put(out, s, n);
+		return opus_buf_put(out, s, n);
 	if (a & ATTR_NORMAL)
 	{
 		if (t->kind == KIND_SPM || t->kind == KIND_WPM)
@@ -229,11 +229,11 @@ render_piece(const struct opus_tokenizer *t, int32_t id, struct buf *out)
 				if (i + 2 < n && (uint8_t) s[i] == 0xe2 &&
 					(uint8_t) s[i + 1] == 0x96 && (uint8_t) s[i + 2] == 0x81)
 				{
-					if (!buf_put(out, " ", 1))
+					if (!opus_buf_put(out, " ", 1))
 						return false;
 					i += 2;
 				}
-				else if (!buf_put(out, s + i, 1))
+				else if (!opus_buf_put(out, s + i, 1))
 					return false;
 			}
 			return true;
@@ -249,7 +249,7 @@ render_piece(const struct opus_tokenizer *t, int32_t id, struct buf *out)
 			{
 				char		b = (char) t->cpt_byte[c];
 
-				if (!buf_put(out, &b, 1))
+				if (!opus_buf_put(out, &b, 1))
 					return false;
 			}
 			else
@@ -257,15 +257,15 @@ render_piece(const struct opus_tokenizer *t, int32_t id, struct buf *out)
 				/* llama.cpp's marker for a code point outside the map */
 				char		hex[3];
 
-				if (!buf_put(out, "[UNK_BYTE_0x", 12))
+				if (!opus_buf_put(out, "[UNK_BYTE_0x", 12))
 					return false;
 				for (int k = 0; k < elen; k++)
 				{
 					snprintf(hex, sizeof(hex), "%02x", (uint8_t) enc[k]);
-					if (!buf_put(out, hex, 2))
+					if (!opus_buf_put(out, hex, 2))
 						return false;
 				}
-				if (!buf_put(out, s, n) || !buf_put(out, "]", 1))
+				if (!opus_buf_put(out, s, n) || !opus_buf_put(out, "]", 1))
 					return false;
 			}
 		}
@@ -275,7 +275,7 @@ render_piece(const struct opus_tokenizer *t, int32_t id, struct buf *out)
 	{
 		char		b = (char) token_byte(s, n);
 
-		return buf_put(out, &b, 1);
+		return opus_buf_put(out, &b, 1);
 	}
 	return true;				/* undefined / unused: empty */
 }
@@ -651,7 +651,7 @@ opus_tokenizer_load(const struct opus_gguf *g, struct opus_tokenizer **out,
 	size_t		model_len,
 				pre_len = 0;
 	enum opus_status st;
-	struct buf	pieces = {0};
+	struct opus_buf	pieces = {0};
 
 	*out = NULL;
 	if (opus_gguf_get_str(g, "tokenizer.ggml.model", &model, &model_len, NULL) != OPUS_OK)
@@ -919,7 +919,7 @@ opus_tokenizer_decode(const struct opus_tokenizer *t, const int32_t *toks,
 					  int64_t n, bool render_special, char **out, size_t *len,
 					  struct opus_error *err)
 {
-	struct buf	b = {0};
+	struct opus_buf	b = {0};
 	bool		remove_space = t->add_space_prefix;
 
 	*out = NULL;
@@ -947,7 +947,7 @@ opus_tokenizer_decode(const struct opus_tokenizer *t, const int32_t *toks,
 				p++;
 				pn--;
 			}
-			if (!buf_put(&b, p, pn))
+			if (!opus_buf_put(&b, p, pn))
 			{
 				free(b.p);
 				return opus_error_set(err, OPUS_ERR_NOMEM, "out of memory");
@@ -955,7 +955,7 @@ opus_tokenizer_decode(const struct opus_tokenizer *t, const int32_t *toks,
 		}
 		remove_space = false;
 	}
-	if (!buf_reserve(&b, 1))
+	if (!opus_buf_reserve(&b, 1))
 	{
 		free(b.p);
 		return opus_error_set(err, OPUS_ERR_NOMEM, "out of memory");

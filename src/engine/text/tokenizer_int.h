@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/buf.h"
 #include "text/tokenizer.h"
 
 /* llama.cpp's token attributes (bit flags), derived from token_type. */
@@ -175,94 +176,11 @@ merge_find(const struct opus_tokenizer *t, const char *l, size_t ln,
 	}
 }
 
-/* ------------------------------------------------------- growable buffers */
-
-struct buf
-{
-	char	   *p;
-	size_t		n,
-				cap;
-};
-
-static inline bool
-buf_reserve(struct buf *b, size_t extra)
-{
-	size_t		need;
-
-	if (__builtin_add_overflow(b->n, extra, &need))
-		return false;
-	if (need > b->cap)
-	{
-		size_t		cap = b->cap ? b->cap : 64;
-		char	   *p;
-
-		while (cap < need)
-			cap *= 2;
-		p = realloc(b->p, cap);
-		if (!p)
-			return false;
-		b->p = p;
-		b->cap = cap;
-	}
-	return true;
-}
-
-static inline bool
-buf_put(struct buf *b, const void *s, size_t n)
-{
-	if (!buf_reserve(b, n))
-		return false;
-	if (n)
-		memcpy(b->p + b->n, s, n);
-	b->n += n;
-	return true;
-}
-
-/* Growable array of fixed-size elements. */
-struct vec
-{
-	void	   *p;
-	size_t		n,
-				cap,
-				elem;
-};
-
-static inline void *
-vec_push(struct vec *v)
-{
-	if (v->n == v->cap)
-	{
-		size_t		cap = v->cap ? v->cap * 2 : 32;
-		void	   *p = realloc(v->p, cap * v->elem);
-
-		if (!p)
-			return NULL;
-		v->p = p;
-		v->cap = cap;
-	}
-	return (char *) v->p + v->elem * v->n++;
-}
-
-static inline bool
-vec_reserve(struct vec *v, size_t n)
-{
-	if (n > v->cap)
-	{
-		void	   *p = realloc(v->p, n * v->elem);
-
-		if (!p)
-			return false;
-		v->p = p;
-		v->cap = n;
-	}
-	return true;
-}
-
 /*
  * WordPiece-tokenize raw text (no special tokens added) and append the ids
  * to out (int32_t elements).  False only when out of memory.
  */
 bool		opus_wpm_tokenize(const struct opus_tokenizer *t, const char *text,
-							  size_t len, struct vec *out);
+							  size_t len, struct opus_vec *out);
 
 #endif							/* OPUS_TOKENIZER_INT_H */
