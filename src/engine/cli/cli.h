@@ -11,6 +11,8 @@
  *   serve     cmd_serve.c    the supervisor's engine (protocol on a socket fd)
  *   logits    cli_run.c      dump top logits for goldens / tests
  *   genmodel  cli_genmodel.c write a random-weight GGUF with real model shapes
+ *
+ * run, bench and logits parse their options with args.h's table parser.
  */
 #ifndef OPUS_CLI_H
 #define OPUS_CLI_H

@@ -46,6 +46,7 @@
 #include <unistd.h>
 
 #include "text/chat.h"
+#include "cli/args.h"
 #include "cli/cli.h"
 #include "model/model.h"
 #include "runtime/constrain.h"
@@ -86,50 +87,6 @@ parse_device(const char *s)
 		fprintf(stderr, "opus_engine: %s\n", err.msg);
 		return false;
 	}
-	return true;
-}
-
-static bool
-parse_int(const char *s, long lo, long hi, int *out)
-{
-	char	   *end;
-	long		v;
-
-	errno = 0;
-	v = strtol(s, &end, 10);
-	if (errno || end == s || *end != '\0' || v < lo || v > hi)
-		return false;
-	*out = (int) v;
-	return true;
-}
-
-static bool
-parse_float(const char *s, float *out)
-{
-	char	   *end;
-	float		v;
-
-	errno = 0;
-	v = strtof(s, &end);
-	if (errno || end == s || *end != '\0' || !isfinite(v))
-		return false;
-	*out = v;
-	return true;
-}
-
-static bool
-parse_u64(const char *s, uint64_t *out)
-{
-	char	   *end;
-	unsigned long long v;
-
-	if (*s == '-')
-		return false;
-	errno = 0;
-	v = strtoull(s, &end, 10);
-	if (errno || end == s || *end != '\0')
-		return false;
-	*out = v;
 	return true;
 }
 
@@ -356,59 +313,26 @@ opus_cli_run(int argc, char **argv)
 	opus_sampling_defaults(&sp);
 	sp.temperature = 0.0f;
 	sp.seed = 0;
-	for (int i = 1; i < argc; i++)
 	{
-		const char *a = argv[i];
-		const char *v = (i + 1 < argc) ? argv[i + 1] : NULL;
-		bool		ok = true;
+		const struct opus_cli_opt opts[] = {
+			{"--chat", NULL, OPUS_CLI_FLAG, &chat, 0, 0, NULL},
+			{"--model", "-m", OPUS_CLI_STR, &model_path, 0, 0, NULL},
+			{"--prompt", "-p", OPUS_CLI_STR, &prompt, 0, 0, NULL},
+			{"--n-predict", "-n", OPUS_CLI_INT, &n_gen, 0, 1 << 20, NULL},
+			{"--temp", NULL, OPUS_CLI_FLOAT, &sp.temperature, 0, 0, NULL},
+			{"--top-k", NULL, OPUS_CLI_INT, &sp.top_k, 0, 1 << 30, NULL},
+			{"--top-p", NULL, OPUS_CLI_FLOAT, &sp.top_p, 0, 0, NULL},
+			{"--seed", NULL, OPUS_CLI_U64, &sp.seed, 0, 0, NULL},
+			{"--kv-type", NULL, OPUS_CLI_FN, NULL, 0, 0, parse_kv_type},
+			{"--threads", "-t", OPUS_CLI_INT, &n_threads, 1, 256, NULL},
+			{"--device", NULL, OPUS_CLI_FN, NULL, 0, 0, parse_device},
+			{"--grammar-file", NULL, OPUS_CLI_STR, &grammar_file, 0, 0, NULL},
+			OPUS_CLI_END
+		};
+		int			code = opus_cli_parse("run", argc, argv, opts, run_usage);
 
-		if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0)
-		{
-			run_usage();
-			return 0;
-		}
-		if (strcmp(a, "--chat") == 0)
-		{
-			chat = true;
-			continue;
-		}
-		if (!v)
-			ok = false;
-		else if (strcmp(a, "--model") == 0 || strcmp(a, "-m") == 0)
-			model_path = v;
-		else if (strcmp(a, "--prompt") == 0 || strcmp(a, "-p") == 0)
-			prompt = v;
-		else if (strcmp(a, "-n") == 0 || strcmp(a, "--n-predict") == 0)
-			ok = parse_int(v, 0, 1 << 20, &n_gen);
-		else if (strcmp(a, "--temp") == 0)
-			ok = parse_float(v, &sp.temperature);
-		else if (strcmp(a, "--top-k") == 0)
-			ok = parse_int(v, 0, 1 << 30, &sp.top_k);
-		else if (strcmp(a, "--top-p") == 0)
-			ok = parse_float(v, &sp.top_p);
-		else if (strcmp(a, "--seed") == 0)
-			ok = parse_u64(v, &sp.seed);
-		else if (strcmp(a, "--kv-type") == 0)
-			ok = parse_kv_type(v);
-		else if (strcmp(a, "--threads") == 0 || strcmp(a, "-t") == 0)
-			ok = parse_int(v, 1, 256, &n_threads);
-		else if (strcmp(a, "--device") == 0)
-			ok = parse_device(v);
-		else if (strcmp(a, "--grammar-file") == 0)
-			grammar_file = v;
-		else
-		{
-			fprintf(stderr, "opus_engine run: unknown option \"%s\"\n", a);
-			run_usage();
-			return 2;
-		}
-		if (!ok)
-		{
-			fprintf(stderr, "opus_engine run: bad or missing value for %s\n", a);
-			run_usage();
-			return 2;
-		}
-		i++;
+		if (code >= 0)
+			return code;
 	}
 	if (!model_path || !prompt)
 	{
@@ -594,6 +518,16 @@ done:
 }
 
 /* ---- bench ---- */
+
+/* --sessions N,N,...: digits and commas (bench_sessions reads the counts). */
+static const char *sessions_arg;
+
+static bool
+parse_sessions(const char *v)
+{
+	sessions_arg = v;
+	return v[strspn(v, "0123456789,")] == '\0' && v[0] != '\0';
+}
 
 static void
 bench_usage(void)
@@ -831,48 +765,23 @@ opus_cli_bench(int argc, char **argv)
 	int			rc = 1;
 	const char *sessions = NULL;
 
-	for (int i = 1; i < argc; i++)
 	{
-		const char *a = argv[i];
-		const char *v = (i + 1 < argc) ? argv[i + 1] : NULL;
-		bool		ok = true;
+		const struct opus_cli_opt opts[] = {
+			{"--model", "-m", OPUS_CLI_STR, &model_path, 0, 0, NULL},
+			{"--prompt-tokens", NULL, OPUS_CLI_INT, &n_pp, 1, 1 << 20, NULL},
+			{"--gen-tokens", NULL, OPUS_CLI_INT, &n_tg, 0, 1 << 20, NULL},
+			{"--reps", NULL, OPUS_CLI_INT, &reps, 1, 1000, NULL},
+			{"--kv-type", NULL, OPUS_CLI_FN, NULL, 0, 0, parse_kv_type},
+			{"--threads", "-t", OPUS_CLI_INT, &n_threads, 1, 256, NULL},
+			{"--device", NULL, OPUS_CLI_FN, NULL, 0, 0, parse_device},
+			{"--sessions", NULL, OPUS_CLI_FN, NULL, 0, 0, parse_sessions},
+			OPUS_CLI_END
+		};
+		int			code = opus_cli_parse("bench", argc, argv, opts, bench_usage);
 
-		if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0)
-		{
-			bench_usage();
-			return 0;
-		}
-		if (!v)
-			ok = false;
-		else if (strcmp(a, "--model") == 0 || strcmp(a, "-m") == 0)
-			model_path = v;
-		else if (strcmp(a, "--prompt-tokens") == 0)
-			ok = parse_int(v, 1, 1 << 20, &n_pp);
-		else if (strcmp(a, "--gen-tokens") == 0)
-			ok = parse_int(v, 0, 1 << 20, &n_tg);
-		else if (strcmp(a, "--reps") == 0)
-			ok = parse_int(v, 1, 1000, &reps);
-		else if (strcmp(a, "--kv-type") == 0)
-			ok = parse_kv_type(v);
-		else if (strcmp(a, "--threads") == 0 || strcmp(a, "-t") == 0)
-			ok = parse_int(v, 1, 256, &n_threads);
-		else if (strcmp(a, "--device") == 0)
-			ok = parse_device(v);
-		else if (strcmp(a, "--sessions") == 0)
-			ok = (sessions = v)[strspn(v, "0123456789,")] == '\0' && v[0] != '\0';
-		else
-		{
-			fprintf(stderr, "opus_engine bench: unknown option \"%s\"\n", a);
-			bench_usage();
-			return 2;
-		}
-		if (!ok)
-		{
-			fprintf(stderr, "opus_engine bench: bad or missing value for %s\n", a);
-			bench_usage();
-			return 2;
-		}
-		i++;
+		if (code >= 0)
+			return code;
+		sessions = sessions_arg;
 	}
 	if (!model_path)
 	{
@@ -1080,53 +989,23 @@ opus_cli_logits(int argc, char **argv)
 	int			n_vocab;
 	int			rc = 1;
 
-	for (int i = 1; i < argc; i++)
 	{
-		const char *a = argv[i];
-		const char *v = (i + 1 < argc) ? argv[i + 1] : NULL;
-		bool		ok = true;
+		const struct opus_cli_opt opts[] = {
+			{"--all", NULL, OPUS_CLI_FLAG, &all, 0, 0, NULL},
+			{"--model", "-m", OPUS_CLI_STR, &model_path, 0, 0, NULL},
+			{"--tokens", NULL, OPUS_CLI_STR, &tok_str, 0, 0, NULL},
+			{"--prompt", "-p", OPUS_CLI_STR, &prompt, 0, 0, NULL},
+			{"--top", NULL, OPUS_CLI_INT, &top, 1, 1 << 20, NULL},
+			{"--kv-type", NULL, OPUS_CLI_FN, NULL, 0, 0, parse_kv_type},
+			{"--threads", "-t", OPUS_CLI_INT, &n_threads, 1, 256, NULL},
+			{"--device", NULL, OPUS_CLI_FN, NULL, 0, 0, parse_device},
+			{"--dump", NULL, OPUS_CLI_STR, &dump, 0, 0, NULL},
+			OPUS_CLI_END
+		};
+		int			code = opus_cli_parse("logits", argc, argv, opts, logits_usage);
 
-		if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0)
-		{
-			logits_usage();
-			return 0;
-		}
-		if (strcmp(a, "--all") == 0)
-		{
-			all = true;
-			continue;
-		}
-		if (!v)
-			ok = false;
-		else if (strcmp(a, "--model") == 0 || strcmp(a, "-m") == 0)
-			model_path = v;
-		else if (strcmp(a, "--tokens") == 0)
-			tok_str = v;
-		else if (strcmp(a, "--prompt") == 0 || strcmp(a, "-p") == 0)
-			prompt = v;
-		else if (strcmp(a, "--top") == 0)
-			ok = parse_int(v, 1, 1 << 20, &top);
-		else if (strcmp(a, "--kv-type") == 0)
-			ok = parse_kv_type(v);
-		else if (strcmp(a, "--threads") == 0 || strcmp(a, "-t") == 0)
-			ok = parse_int(v, 1, 256, &n_threads);
-		else if (strcmp(a, "--device") == 0)
-			ok = parse_device(v);
-		else if (strcmp(a, "--dump") == 0)
-			dump = v;
-		else
-		{
-			fprintf(stderr, "opus_engine logits: unknown option \"%s\"\n", a);
-			logits_usage();
-			return 2;
-		}
-		if (!ok)
-		{
-			fprintf(stderr, "opus_engine logits: bad or missing value for %s\n", a);
-			logits_usage();
-			return 2;
-		}
-		i++;
+		if (code >= 0)
+			return code;
 	}
 	if (!model_path || (!tok_str == !prompt))
 	{

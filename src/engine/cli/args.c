@@ -1,0 +1,124 @@
+/*
+ * args.c - the opus_engine subcommands' argument parser (args.h).
+ */
+#include "cli/args.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+bool
+opus_cli_parse_int(const char *s, long lo, long hi, int *out)
+{
+	char	   *end;
+	long		v;
+
+	errno = 0;
+	v = strtol(s, &end, 10);
+	if (errno || end == s || *end != '\0' || v < lo || v > hi)
+		return false;
+	*out = (int) v;
+	return true;
+}
+
+bool
+opus_cli_parse_float(const char *s, float *out)
+{
+	char	   *end;
+	float		v;
+
+	errno = 0;
+	v = strtof(s, &end);
+	if (errno || end == s || *end != '\0' || !isfinite(v))
+		return false;
+	*out = v;
+	return true;
+}
+
+bool
+opus_cli_parse_u64(const char *s, uint64_t *out)
+{
+	char	   *end;
+	unsigned long long v;
+
+	if (*s == '-')
+		return false;
+	errno = 0;
+	v = strtoull(s, &end, 10);
+	if (errno || end == s || *end != '\0')
+		return false;
+	*out = v;
+	return true;
+}
+
+static const struct opus_cli_opt *
+find_opt(const struct opus_cli_opt *opts, const char *a)
+{
+	for (; opts->name; opts++)
+		if (strcmp(a, opts->name) == 0 || (opts->alias && strcmp(a, opts->alias) == 0))
+			return opts;
+	return NULL;
+}
+
+int
+opus_cli_parse(const char *cmd, int argc, char **argv,
+			   const struct opus_cli_opt *opts, void (*usage) (void))
+{
+	for (int i = 1; i < argc; i++)
+	{
+		const char *a = argv[i];
+		const char *v = (i + 1 < argc) ? argv[i + 1] : NULL;
+		const struct opus_cli_opt *o = find_opt(opts, a);
+		bool		ok = true;
+
+		if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0)
+		{
+			usage();
+			return 0;
+		}
+		if (o && o->kind == OPUS_CLI_FLAG)
+		{
+			*(bool *) o->out = true;
+			continue;
+		}
+		if (!v)
+			ok = false;
+		else if (!o)
+		{
+			fprintf(stderr, "opus_engine %s: unknown option \"%s\"\n", cmd, a);
+			usage();
+			return 2;
+		}
+		else
+			switch (o->kind)
+			{
+				case OPUS_CLI_STR:
+					*(const char **) o->out = v;
+					break;
+				case OPUS_CLI_INT:
+					ok = opus_cli_parse_int(v, o->lo, o->hi, (int *) o->out);
+					break;
+				case OPUS_CLI_FLOAT:
+					ok = opus_cli_parse_float(v, (float *) o->out);
+					break;
+				case OPUS_CLI_U64:
+					ok = opus_cli_parse_u64(v, (uint64_t *) o->out);
+					break;
+				case OPUS_CLI_FN:
+					ok = o->parse(v);
+					break;
+				case OPUS_CLI_FLAG:
+					break;
+			}
+		if (!ok)
+		{
+			fprintf(stderr, "opus_engine %s: bad or missing value for %s\n", cmd, a);
+			usage();
+			return 2;
+		}
+		i++;
+	}
+	return -1;
+}

@@ -1,0 +1,53 @@
+/*
+ * args.h - the one argument parser of the opus_engine subcommands: each
+ * describes its options in a table and calls opus_cli_parse.
+ *
+ * Rules (the same for every subcommand): "--help" / "-h" prints the usage
+ * and stops; a flag takes no value; every other option takes the next
+ * argument as its value, and a missing or unparsable value, or an option
+ * the table does not know, is a usage error ("opus_engine CMD: unknown
+ * option" / "bad or missing value for"), printed with the usage.
+ */
+#ifndef OPUS_CLI_ARGS_H
+#define OPUS_CLI_ARGS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+enum opus_cli_kind
+{
+	OPUS_CLI_FLAG,				/* bool *: set to true */
+	OPUS_CLI_STR,				/* const char **: the value */
+	OPUS_CLI_INT,				/* int *: an integer in [lo, hi] */
+	OPUS_CLI_FLOAT,				/* float *: a finite number */
+	OPUS_CLI_U64,				/* uint64_t *: a non-negative integer */
+	OPUS_CLI_FN					/* parse(value): false when invalid */
+};
+
+struct opus_cli_opt
+{
+	const char *name;			/* "--model" */
+	const char *alias;			/* "-m", or NULL */
+	enum opus_cli_kind kind;
+	void	   *out;
+	long		lo,
+				hi;				/* OPUS_CLI_INT */
+	bool		(*parse) (const char *value);	/* OPUS_CLI_FN */
+};
+
+#define OPUS_CLI_END {NULL, NULL, OPUS_CLI_FLAG, NULL, 0, 0, NULL}
+
+/*
+ * Parse argv[1 .. argc) against opts (ended by OPUS_CLI_END).  Returns -1
+ * when all is well, else the exit code the subcommand returns: 0 after
+ * --help, 2 after a usage error (usage printed either way).
+ */
+int			opus_cli_parse(const char *cmd, int argc, char **argv,
+						   const struct opus_cli_opt *opts, void (*usage) (void));
+
+/* Value parsers, also for the subcommands' own checks. */
+bool		opus_cli_parse_int(const char *s, long lo, long hi, int *out);
+bool		opus_cli_parse_float(const char *s, float *out);
+bool		opus_cli_parse_u64(const char *s, uint64_t *out);
+
+#endif							/* OPUS_CLI_ARGS_H */
