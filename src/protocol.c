@@ -605,6 +605,15 @@ opus_proto_encode_submit_tenant(struct opus_proto_writer *w,
 }
 
 void
+opus_proto_encode_submit_grammar(struct opus_proto_writer *w,
+								 const char *grammar, uint32_t len)
+{
+	opus_proto_w_u32(w, len);
+	if (len)
+		opus_proto_w_bytes(w, grammar, len);
+}
+
+void
 opus_proto_encode_submit_data_head(struct opus_proto_writer *w,
 								   uint32_t n_items, uint32_t data_len)
 {
@@ -720,6 +729,24 @@ opus_proto_parse_submit(const uint8_t *buf, size_t len,
 	{
 		*why = "SUBMIT has a bad tenant block";
 		return false;
+	}
+	m->grammar.len = opus_proto_r_u32(&r);
+	m->grammar.ptr = NULL;
+	if (r.bad || m->grammar.len > OPUS_PROTO_MAX_GRAMMAR)
+	{
+		*why = "SUBMIT has a bad grammar length";
+		return false;
+	}
+	if (m->grammar.len)
+	{
+		const uint8_t *p = opus_proto_take(&r, m->grammar.len);
+
+		if (!p || memchr(p, 0, m->grammar.len) != NULL)
+		{
+			*why = "SUBMIT has a malformed grammar";
+			return false;
+		}
+		m->grammar.ptr = (const char *) p;
 	}
 	m->n_items = opus_proto_r_u32(&r);
 	m->data_len = opus_proto_r_u32(&r);

@@ -61,12 +61,14 @@
 									 * 4: EXPERTS; 5: tenant block in SUBMIT;
 									 * 6: step target, starvation limit in HELLO;
 									 * 7: chat roles tool and tools;
-									 * 8: allow_special_tokens in SUBMIT */
+									 * 8: allow_special_tokens and a grammar
+									 * block in SUBMIT */
 #define OPUS_PROTO_HEADER_SIZE	16
 #define OPUS_PROTO_MAX_PAYLOAD	(16U * 1024 * 1024)
 #define OPUS_PROTO_MAX_STOP		OPUS_PARAM_MAX_STOP /* stop strings per request */
 #define OPUS_PROTO_MAX_STOP_LEN OPUS_PARAM_MAX_STOP_LEN /* bytes per stop string */
 #define OPUS_PROTO_MAX_MESSAGES 65536	/* chat messages per request */
+#define OPUS_PROTO_MAX_GRAMMAR	(1U << 20)	/* GBNF bytes (the compiler's limit) */
 #define OPUS_PROTO_MSG_LEN		256 /* error message buffer incl. NUL */
 #define OPUS_PROTO_PATH_LEN		1024	/* model path buffer incl. NUL */
 #define OPUS_PROTO_NAME_LEN		128 /* model name buffer incl. NUL */
@@ -247,7 +249,9 @@ struct opus_proto_str
  *   u8 kind, u8 0, u16 n_stop, params (8 x 4-byte fields, u64 seed,
  *   i32 priority, u32 allow_special_tokens (0 or 1)),
  *   n_stop x (u32 len, bytes), tenant (u64 cache_scope, u32 tenant,
- *   u32 weight, i32 min_priority), u32 n_items, u32 data_len, data.
+ *   u32 weight, i32 min_priority), grammar (u32 len, bytes: GBNF the
+ *   output must match, len 0 = none, no NUL), u32 n_items, u32 data_len,
+ *   data.
  * data: GENERATE/TOKENIZE: the prompt bytes (n_items = 0);
  *       CHAT: n_items x (u8 role, u32 len, bytes): at least one message
  *             and at most one OPUS_ROLE_TOOLS item (tools JSON);
@@ -261,6 +265,7 @@ struct opus_proto_submit
 	struct opus_proto_params params;
 	struct opus_proto_str stop[OPUS_PROTO_MAX_STOP];
 	struct opus_proto_tenant tenant;
+	struct opus_proto_str grammar;	/* len 0: none */
 	uint32_t	n_items;
 	const uint8_t *data;
 	uint32_t	data_len;
@@ -458,6 +463,10 @@ void opus_proto_encode_submit_head(struct opus_proto_writer *w, uint8_t kind,
 /* The tenant block: after the head (and stop strings), before the data head. */
 void opus_proto_encode_submit_tenant(struct opus_proto_writer *w,
 								const struct opus_proto_tenant *t);
+
+/* The grammar block: after the tenant block (len 0: no grammar). */
+void opus_proto_encode_submit_grammar(struct opus_proto_writer *w,
+								 const char *grammar, uint32_t len);
 
 /* n_items and data_len, then `data_len` bytes of data follow. */
 void opus_proto_encode_submit_data_head(struct opus_proto_writer *w,

@@ -294,6 +294,9 @@ typedef struct OpusRequest
 	/* DETOKENIZE */
 	int32	   *tokens;
 	int			n_tokens;
+	/* GBNF grammar the output must match (NULL = none; GENERATE / CHAT) */
+	const char *grammar;
+	size_t		grammar_len;
 	/* the model entry it is for (OpusLookupModel), 0 = the default */
 	int			model;
 	uint32		model_epoch;

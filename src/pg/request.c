@@ -106,6 +106,7 @@ payload_size(const OpusRequest *req)
 
 	for (i = 0; i < req->n_stop; i++)
 		n = add_size(n, 4 + (Size) req->stop[i].len);
+	n = add_size(n, 4 + (req->grammar ? req->grammar_len : 0));
 	switch (req->kind)
 	{
 		case OPUS_KIND_GENERATE:
@@ -175,6 +176,8 @@ OpusEncodeRequest(const OpusRequest *req, char *buf, Size cap,
 	opus_proto_writer_init(&w, buf, cap);
 	opus_proto_encode_submit_head(&w, req->kind, &params, req->n_stop, req->stop);
 	opus_proto_encode_submit_tenant(&w, &tenant);
+	opus_proto_encode_submit_grammar(&w, req->grammar,
+									 req->grammar ? (uint32) req->grammar_len : 0);
 	opus_proto_encode_submit_data_head(&w, req->kind == OPUS_KIND_CHAT ? (uint32) req->n_messages :
 									   req->kind == OPUS_KIND_DETOKENIZE ? (uint32) req->n_tokens : 0,
 									   (uint32) data_size(req));

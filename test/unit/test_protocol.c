@@ -193,6 +193,7 @@ encode_chat(uint8_t *buf, size_t cap, const struct opus_proto_params *p)
 	opus_proto_writer_init(&w, buf, cap);
 	opus_proto_encode_submit_head(&w, OPUS_KIND_CHAT, p, 2, stop);
 	opus_proto_encode_submit_tenant(&w, &default_tenant);
+	opus_proto_encode_submit_grammar(&w, NULL, 0);
 	opus_proto_encode_submit_data_head(&w, 2, (uint32_t) (5 + strlen(c0) + 5 + strlen(c1)));
 	opus_proto_encode_chat_message(&w, OPUS_ROLE_SYSTEM, c0, (uint32_t) strlen(c0));
 	opus_proto_encode_chat_message(&w, OPUS_ROLE_USER, c1, (uint32_t) strlen(c1));
@@ -214,9 +215,12 @@ test_submit(void)
 	opus_proto_writer_init(&w, buf, sizeof(buf));
 	opus_proto_encode_submit_head(&w, OPUS_KIND_GENERATE, &p, 0, NULL);
 	opus_proto_encode_submit_tenant(&w, &default_tenant);
+	opus_proto_encode_submit_grammar(&w, "root ::= \"x\"", 12);
 	opus_proto_encode_submit_data_head(&w, 0, 5);
 	opus_proto_w_bytes(&w, "hello", 5);
 	CHECK(parse_submit_copy(buf, w.len, &m, &why), "GENERATE parses");
+	CHECK(m.grammar.len == 12 && memcmp(m.grammar.ptr, "root ::= \"x\"", 12) == 0,
+		  "grammar round-trips");
 	CHECK(m.kind == OPUS_KIND_GENERATE && m.data_len == 5 && memcmp(m.data, "hello", 5) == 0 &&
 		  m.params.max_tokens == 16 && m.params.top_k == 40 && m.params.seed == p.seed &&
 		  m.params.priority == 10 &&
@@ -261,7 +265,7 @@ test_submit(void)
 	len = encode_chat(buf, sizeof(buf), &p);
 	{
 		/* the first message's role byte follows head + stops + tenant + n_items + data_len */
-		size_t		role_at = OPUS_PROTO_SUBMIT_FIXED + (4 + 2) + (4 + 3) + OPUS_PROTO_TENANT_SIZE + 8;
+		size_t		role_at = OPUS_PROTO_SUBMIT_FIXED + (4 + 2) + (4 + 3) + OPUS_PROTO_TENANT_SIZE + 4 + 8;
 
 		CHECK(buf[role_at] == OPUS_ROLE_SYSTEM, "role byte located");
 		buf[role_at] = OPUS_ROLE__COUNT;
@@ -269,7 +273,7 @@ test_submit(void)
 	}
 	/* tool lists: one is fine (beside a tool message), two are not */
 	{
-		size_t		role_at = OPUS_PROTO_SUBMIT_FIXED + (4 + 2) + (4 + 3) + OPUS_PROTO_TENANT_SIZE + 8;
+		size_t		role_at = OPUS_PROTO_SUBMIT_FIXED + (4 + 2) + (4 + 3) + OPUS_PROTO_TENANT_SIZE + 4 + 8;
 		size_t		role2_at = role_at + 5 + strlen("You are helpful.");
 
 		len = encode_chat(buf, sizeof(buf), &p);
@@ -315,6 +319,7 @@ test_submit(void)
 		opus_proto_writer_init(&w, buf, sizeof(buf));
 		opus_proto_encode_submit_head(&w, OPUS_KIND_GENERATE, &p, 0, NULL);
 		opus_proto_encode_submit_tenant(&w, &t);
+		opus_proto_encode_submit_grammar(&w, NULL, 0);
 		opus_proto_encode_submit_data_head(&w, 0, 5);
 		opus_proto_w_bytes(&w, "hello", 5);
 		CHECK(parse_submit_copy(buf, w.len, &m, &why) &&
@@ -325,6 +330,7 @@ test_submit(void)
 			opus_proto_writer_init(&w, buf, sizeof(buf));
 			opus_proto_encode_submit_head(&w, OPUS_KIND_GENERATE, &p, 0, NULL);
 			opus_proto_encode_submit_tenant(&w, &bad_t[i]);
+			opus_proto_encode_submit_grammar(&w, NULL, 0);
 			opus_proto_encode_submit_data_head(&w, 0, 5);
 			opus_proto_w_bytes(&w, "hello", 5);
 			CHECK(!parse_submit_copy(buf, w.len, &m, &why), "bad tenant block %d rejected", i);
@@ -335,6 +341,7 @@ test_submit(void)
 	opus_proto_writer_init(&w, buf, sizeof(buf));
 	opus_proto_encode_submit_head(&w, OPUS_KIND_DETOKENIZE, &p, 0, NULL);
 	opus_proto_encode_submit_tenant(&w, &default_tenant);
+	opus_proto_encode_submit_grammar(&w, NULL, 0);
 	opus_proto_encode_submit_data_head(&w, 3, 12);
 	opus_proto_w_u32(&w, 1);
 	opus_proto_w_u32(&w, 2);
@@ -348,6 +355,7 @@ test_submit(void)
 	opus_proto_writer_init(&w, buf, sizeof(buf));
 	opus_proto_encode_submit_head(&w, 9, &p, 0, NULL);
 	opus_proto_encode_submit_tenant(&w, &default_tenant);
+	opus_proto_encode_submit_grammar(&w, NULL, 0);
 	opus_proto_encode_submit_data_head(&w, 0, 0);
 	CHECK(!parse_submit_copy(buf, w.len, &m, &why), "unknown kind rejected");
 }

@@ -775,6 +775,12 @@ handle_generate(struct serve *s, uint64_t id, const struct opus_proto_submit *m)
 		gp.stop[i] = stops[i];
 	}
 	gp.ignore_eos = false;
+	if (m->grammar.len > 0)
+	{
+		/* compiled (or found in the cache) inside the submit */
+		gp.grammar = m->grammar.ptr;
+		gp.grammar_len = m->grammar.len;
+	}
 
 	st = opus_sched_submit(s->sched, id, toks, (int32_t) n, &gp, &err);
 	free(toks);
