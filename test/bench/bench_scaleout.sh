@@ -6,7 +6,7 @@
 # call (CALLS one-token greedy calls through opus_generate_on against the
 # same calls made directly on a node).  Prints a table; not a pass/fail test.
 #
-# usage: [ROWS=1000] [TOKENS=8] [THREADS=1] [CALLS=50] [STEP=64] [PG_CONFIG=...]
+# usage: [ROWS=1000] [TOKENS=8] [THREADS=1] [CALLS=50] [STEP=64] [CONC=16] [PG_CONFIG=...]
 #        test/bench/bench_scaleout.sh
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -15,6 +15,7 @@ TOKENS=${TOKENS:-8}
 THREADS=${THREADS:-1}
 CALLS=${CALLS:-50}
 STEP=${STEP:-64}
+CONC=${CONC:-16}
 PG_CONFIG=${PG_CONFIG:-pg_config}
 bindir=$("$PG_CONFIG" --bindir)
 export PG_CONFIG THREADS
@@ -30,7 +31,7 @@ for n in 1 2; do
 	test/cluster/setup.sh load "$ROWS"
 	q() { "$bindir/psql" -qXAt -h "$DIR" -p "$1" -U postgres -d postgres -v ON_ERROR_STOP=1 -c "$2"; }
 	q "$PORT" "SELECT count(*) FROM opus_cluster_job_create('bench', 'docs', '{id}', '{{body}}. Describe it:',
-		'docs_out', options => '{\"max_tokens\": $TOKENS, \"temperature\": 0}', concurrency => 16)" >/dev/null
+		'docs_out', options => '{\"max_tokens\": $TOKENS, \"temperature\": 0}', concurrency => $CONC)" >/dev/null
 	t0=$(date +%s.%N)
 	q "$PORT" "CALL opus_cluster_job_run('bench', step_rows => $STEP)"
 	t1=$(date +%s.%N)
@@ -62,4 +63,4 @@ for r in sys.argv[3:]:
     dr = (float(tp2) - float(tp1)) * 1000 / calls
     print(f"{n:>5} {rows:>6} {sec:>8.1f} {rps:>8.2f} {ctok / sec:>9.1f} {rps / base:>7.2f}x {px:>14.2f} {dr:>15.2f} {px - dr:>8.2f}")
 PY
-echo "load average: $load0 before, $(cut -d' ' -f1-3 /proc/loadavg) after; opus.threads = $THREADS per node; $TOKENS tokens per row, greedy; step_rows $STEP"
+echo "load average: $load0 before, $(cut -d' ' -f1-3 /proc/loadavg) after; opus.threads = $THREADS per node; $TOKENS tokens per row, greedy; step_rows $STEP, concurrency $CONC per node"
