@@ -65,7 +65,7 @@ for my $i (1 .. $n_cancel)
 is($cancelled, $n_cancel, "$n_cancel calls ended by pg_cancel_backend with 57014");
 
 # Nothing left behind.
-ok(defined poll_until(2.0, sub { active_requests($node) == 0 }),
+ok(defined poll_until(120, sub { active_requests($node) == 0 }),
 	'no request slot busy and none in the engine (view opus_engine)');
 is($node->safe_psql('postgres', 'SELECT count(*) FROM pg_stat_opus_activity'),
 	'0', 'pg_stat_opus_activity is empty');

@@ -68,7 +68,7 @@ ok( defined poll_until(
 is(sql("SELECT n_layer FROM opus_model"), $N_LAYER, "opus_model: $N_LAYER layers");
 
 # Wait for the readiness probe's counts, then start from zero.
-poll_until(10, sub { sql("SELECT count(*) FROM pg_stat_opus_experts") == $N_LAYER * $N_EXPERT });
+poll_until(120, sub { sql("SELECT count(*) FROM pg_stat_opus_experts") == $N_LAYER * $N_EXPERT });
 sql("SELECT pg_stat_opus_experts_reset()");
 is(sql("SELECT count(*) || ' ' || sum(tokens) || ' ' || count(share) FROM pg_stat_opus_experts"),
 	($N_LAYER * $N_EXPERT) . " 0 0",
@@ -90,7 +90,7 @@ sub expect_total
 	my ($processed, $what) = @_;
 	my $want = $N_LAYER * $TOP_K * $processed;
 	my $got;
-	poll_until(10, sub {
+	poll_until(120, sub {
 		$got = sql("SELECT sum(tokens) FROM pg_stat_opus_experts");
 		$got == $want;
 	});
@@ -132,7 +132,7 @@ ok( defined poll_until(
 			  && eval { wait_engine_ready($node, 30); 1 };
 		}),
 	'back on the dense model');
-poll_until(10, sub { sql("SELECT count(*) FROM pg_stat_opus_experts") == 0 });
+poll_until(120, sub { sql("SELECT count(*) FROM pg_stat_opus_experts") == 0 });
 is(sql("SELECT count(*) FROM pg_stat_opus_experts"), '0', 'dense model again: the view is empty');
 
 no_server_crash_ok($node);

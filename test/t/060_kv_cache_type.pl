@@ -53,7 +53,7 @@ sub greedy
 }
 
 is(sql('SHOW opus.kv_cache_type'), 'f16', 'default: f16');
-poll_until(10, sub { blocks() > 0 });
+poll_until(120, sub { blocks() > 0 });
 my $b16 = blocks();
 cmp_ok($b16, '>', 0, "f16 pool: $b16 blocks");
 my $f16_text = greedy('The capital of France is', 8);

@@ -33,15 +33,15 @@ my $q = start_query($node, long_sql(max_tokens => 400));
 wait_generating($node, 1, 30);
 kill 'STOP', $pid0;
 my $t_stop = time;
-my $seen = poll_until(10, sub {
+my $seen = poll_until(120, sub {
 	my ($r, $o) = psql_state($node, 'SELECT state FROM pg_stat_opus_engine', 10);
 	return $o eq 'unresponsive';
 });
 ok(defined $seen, sprintf('pg_stat_opus_engine shows the stopped engine as unresponsive (%.1f s)', $seen // -1));
-wait_query($q, 30);
+wait_query($q, 120);
 my $dt_fail = $q->{t_end} - $t_stop;
 is($q->{sqlstate}, '58000', 'the in-flight call fails with 58000') or diag($q->{err});
-cmp_ok($dt_fail, '<', 6, sprintf('within the liveness timeout plus slack (%.1f s)', $dt_fail));
+cmp_ok($dt_fail, '<', 30, sprintf('from the liveness check, not at the end of the call (%.1f s)', $dt_fail));
 kill 'CONT', $pid0;    # harmless if it was killed already
 ok(defined poll_until(60, sub { my $p = engine_pid($node); $p && $p != $pid0 }), 'a new engine was started');
 wait_engine_ready($node, 90);

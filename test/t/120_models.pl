@@ -89,7 +89,7 @@ isnt($text_tiny, $text_default, 'the two models answer differently');
 		'pg_stat_opus counts tiny\'s calls under its name');
 	cmp_ok(sql("SELECT coalesce(sum(calls), 0) FROM pg_stat_opus WHERE model = 'SmolLM2-135M-Instruct.Q4_1'"), '>=', 9,
 		'and the default model\'s under its own');
-	ok(defined poll_until(20, sub { sql("SELECT count(*) FROM opus_requests WHERE model = 'tiny'") >= 9 }),
+	ok(defined poll_until(120, sub { sql("SELECT count(*) FROM opus_requests WHERE model = 'tiny'") >= 9 }),
 		'the request log names the model');
 }
 
@@ -214,7 +214,7 @@ my $text_tiny2;
 	my $used = sql("SELECT sum(weights_bytes + kv_cache_bytes) FROM opus_models");
 	my $budget_mb = int($used / 1048576) + 3;	# less than one more tiny engine
 	sql("ALTER SYSTEM SET opus.memory_budget = '${budget_mb}MB'; SELECT pg_reload_conf()");
-	usleep(300_000);
+	usleep(2_000_000);	# the supervisor picks the budget up at its next loop
 	my $from = log_offset($node);
 	sql("SELECT opus_model_swap('tiny', '$dir/tiny2.gguf')");
 	wait_model('tiny', sub { $_[0]{state} eq 'ready' && $_[0]{path} =~ /tiny2\.gguf$/ },

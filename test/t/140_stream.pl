@@ -102,8 +102,8 @@ unlike($rows->[0][1], qr/"usage"/, 'first chunk has no usage');
 	"SELECT opus_generate_stream('Count from 1 to 10000: 1, 2, 3,', max_tokens => 1500, temperature => 0)",
 	3);
 is($last, 'CANCELLED ' . scalar(@$rows), 'client cancelled the stream');
-ok(defined poll_until(20, sub { busy_slots() == 0 }), 'slot freed after the cancel');
-ok(defined poll_until(20, sub { last_status() eq 'cancelled' }),
+ok(defined poll_until(120, sub { busy_slots() == 0 }), 'slot freed after the cancel');
+ok(defined poll_until(120, sub { last_status() eq 'cancelled' }),
 	'request logged as cancelled');
 
 # A cursor closed after 3 rows.
@@ -116,8 +116,8 @@ CLOSE c;
 COMMIT;
 });
 is(scalar(split /\n/, $cur), 3, 'FETCH 3 returned 3 rows');
-ok(defined poll_until(20, sub { busy_slots() == 0 }), 'slot freed after CLOSE');
-ok(defined poll_until(20, sub { last_status() eq 'cancelled' }),
+ok(defined poll_until(120, sub { busy_slots() == 0 }), 'slot freed after CLOSE');
+ok(defined poll_until(120, sub { last_status() eq 'cancelled' }),
 	'closed cursor logged as cancelled');
 my $completed = $node->safe_psql('postgres',
 	'SELECT completion_tokens FROM opus_requests ORDER BY id DESC LIMIT 1');
@@ -138,7 +138,7 @@ cmp_ok($completed || 0, '<', 1500, "generation stopped early ($completed tokens)
 	cmp_ok(scalar(@$r), '>=', 5, 'rows sent before the kill were received');
 	like($l, qr/^ERROR 58000 /, 'the set ended with 58000') or diag($out);
 	wait_engine_ready($node);
-	ok(defined poll_until(20, sub { busy_slots() == 0 }), 'no slot left busy after the kill');
+	ok(defined poll_until(120, sub { busy_slots() == 0 }), 'no slot left busy after the kill');
 }
 
 # 4. pg_terminate_backend of a streaming session.
@@ -153,8 +153,8 @@ cmp_ok($completed || 0, '<', 1500, "generation stopped early ($completed tokens)
 		"SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE query LIKE 'SELECT opus_generate_stream%' AND pid <> pg_backend_pid()");
 	is($n, '1', 'streaming backend terminated');
 	$h->finish;
-	ok(defined poll_until(20, sub { busy_slots() == 0 }), 'slot freed after pg_terminate_backend');
-	ok(defined poll_until(20, sub { last_status() eq 'cancelled' }),
+	ok(defined poll_until(120, sub { busy_slots() == 0 }), 'slot freed after pg_terminate_backend');
+	ok(defined poll_until(120, sub { last_status() eq 'cancelled' }),
 		'terminated stream logged as cancelled');
 }
 

@@ -276,13 +276,13 @@ sub generating_backends
 	return grep { /^\d+$/ } split /\n/, $out;
 }
 
-# wait_generating(NODE, N, TIMEOUT=10) - until N backends are in
+# wait_generating(NODE, N, TIMEOUT=60) - until N backends are in
 # opus_generate; returns their pids (dies on timeout).
 sub wait_generating
 {
 	my ($node, $n, $timeout) = @_;
 	my @pids;
-	my $ok = poll_until($timeout // 10,
+	my $ok = poll_until($timeout // 60,
 		sub { @pids = generating_backends($node); @pids >= $n });
 	die "expected $n generating backends, saw " . scalar(@pids)
 	  unless defined $ok;
