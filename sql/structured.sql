@@ -51,3 +51,35 @@ SELECT try($$SELECT opus_constraint_grammar(grammar => E'root ::= "a" (\n')$$);
 SELECT try($$SELECT opus_constraint_grammar(grammar => 'root ::= root "a" | "b"')$$);
 SELECT try($$SELECT opus_constraint_grammar(grammar => 'root ::= ""')$$);
 SELECT try($$SELECT opus_constraint_grammar(grammar => 'root ::= x')$$);
+
+-- opus_classify: the output held to the labels (greedy), into text or an enum.
+SELECT opus_classify('I love this product, it works great!', ARRAY['positive', 'negative']) IN ('positive', 'negative') AS is_a_label;
+CREATE TYPE structured_mood AS ENUM ('happy', 'sad', 'angry');
+SELECT pg_typeof(opus_classify('What a wonderful sunny day, I feel great.', NULL::structured_mood)) AS enum_type;
+SELECT opus_classify('What a wonderful sunny day, I feel great.', NULL::structured_mood) IN ('happy', 'sad', 'angry') AS is_an_enum_label;
+-- the same input, the same answer (greedy)
+SELECT opus_classify('The package arrived broken.', ARRAY['refund', 'replacement', 'other']) =
+       opus_classify('The package arrived broken.', ARRAY['refund', 'replacement', 'other']) AS greedy;
+CREATE TEMP TABLE structured_reviews (id int, body text, mood structured_mood);
+INSERT INTO structured_reviews VALUES (1, 'Terrible service, I am furious.', NULL), (2, 'I cried all day.', NULL);
+UPDATE structured_reviews SET mood = opus_classify(body, NULL::structured_mood);
+SELECT id, mood IS NOT NULL AS classified FROM structured_reviews ORDER BY id;
+SELECT opus_classify(NULL, ARRAY['a', 'b']) IS NULL AS null_input;
+-- opus_extract: JSON that parses and matches the schema.
+SELECT jsonb_typeof(j) AS type, j ? 'name' AS has_name, jsonb_typeof(j->'age') AS age_type
+FROM (SELECT opus_extract('Alice is 30 years old and lives in Paris.',
+    '{"type": "object", "properties": {"name": {"type": "string", "maxLength": 20}, "age": {"type": "integer", "minimum": 0, "maximum": 150}}, "required": ["name", "age"], "additionalProperties": false}',
+    max_tokens => 64) AS j) s;
+SELECT jsonb_typeof(opus_extract('Yes, it is.', '{"type": "boolean"}')) AS boolean_schema;
+-- errors: labels empty, duplicated, with a NULL (22023 / 22004); a bad
+-- schema (0A000 / 22023); output cut at max_tokens (22P02).
+SELECT try($$SELECT opus_classify('x', ARRAY[]::text[])$$);
+SELECT try($$SELECT opus_classify('x', ARRAY['a', 'a'])$$);
+SELECT try($$SELECT opus_classify('x', ARRAY['a', NULL])$$);
+SELECT try($$SELECT opus_classify('x', ARRAY[['a'], ['b']])$$);
+SELECT try($$SELECT opus_extract('x', '{"type": "object", "properties": {"a": {"not": {}}}}')$$);
+SELECT try($$SELECT opus_extract('x', '{"type": "integer", "minimum": 5, "maximum": 1}')$$);
+SELECT try($$SELECT opus_extract('Alice is 30.', '{"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}', max_tokens => 2)$$);
+SELECT try($$SELECT opus_extract('x', '{"type": "object"}', max_tokens => 0)$$);
+DROP TABLE structured_reviews;
+DROP TYPE structured_mood;

@@ -12,3 +12,42 @@ LANGUAGE C IMMUTABLE PARALLEL SAFE;
 
 COMMENT ON FUNCTION @extschema@.opus_constraint_grammar(jsonb, text, text, text[])
 IS 'the GBNF grammar (llama.cpp dialect) an output constraint becomes: response_format (OpenAI shape, JSON Schema), grammar, regex or choices, at most one; NULL when unconstrained';
+
+-- opus_classify and opus_extract: a chat request held to a constraint,
+-- greedy (docs/structured-output.md).
+CREATE FUNCTION @extschema@.opus_classify(
+    input text,
+    labels text[],
+    model text DEFAULT NULL,
+    fallback boolean DEFAULT NULL)
+RETURNS text
+AS 'MODULE_PATHNAME', 'opus_classify'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.opus_classify(text, text[], text, boolean)
+IS 'the label (one of labels) the model gives the input, its output held to the labels (greedy)';
+
+CREATE FUNCTION @extschema@.opus_classify(
+    input text,
+    label anyenum,
+    model text DEFAULT NULL,
+    fallback boolean DEFAULT NULL)
+RETURNS anyenum
+AS 'MODULE_PATHNAME', 'opus_classify_enum'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.opus_classify(text, anyenum, text, boolean)
+IS 'the value of the enum type of label (NULL::my_enum will do) the model gives the input, its output held to the enum''s labels (greedy)';
+
+CREATE FUNCTION @extschema@.opus_extract(
+    input text,
+    schema jsonb,
+    max_tokens integer DEFAULT NULL,
+    model text DEFAULT NULL,
+    fallback boolean DEFAULT NULL)
+RETURNS jsonb
+AS 'MODULE_PATHNAME', 'opus_extract'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.opus_extract(text, jsonb, integer, text, boolean)
+IS 'the data of the input as JSON matching the JSON Schema, its output held to the schema (greedy); 22P02 when cut at max_tokens';
