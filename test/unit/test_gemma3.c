@@ -4,7 +4,8 @@
  * gen_gemma3_golden.py next to it).
  *
  * Skipped (passes) when models/gemma-3-270m-q4_k_m.gguf is absent
- * (`make model-gemma3` fetches it); OPUS_GEMMA3_MODEL names another path.
+ * (`make model-gemma3` fetches it); OPUS_GEMMA3_MODEL names another path,
+ * OPUS_GEMMA3_GOLDEN another golden file.
  * For each golden prompt:
  *  - our tokenizer gives llama.cpp's prompt ids (BOS added, special text
  *    parsed for the chat prompts);
@@ -14,6 +15,11 @@
  *  - free-running greedy (prompt, then one token per call) is compared
  *    with llama.cpp's and reported; at least 60% of the prompts must match
  *    exactly.
+ * The "long" prompts (600-900 tokens, past the model's 512-token sliding
+ * window, answers more than 512 tokens back) have no teacher-forcing
+ * record: the prompt is prefilled in chunks of max_batch_tokens, then
+ * llama.cpp's greedy tokens are fed one by one, and our top-1 after each
+ * must equal llama.cpp's next token where its margin is >= 0.5.
  */
 #include <math.h>
 #include <stdbool.h>
@@ -27,16 +33,20 @@
 
 #define GOLDEN "test/golden/gemma3/gemma3.txt"
 #define MAX_P 64
+#define MAX_SEQ 1024			/* context of the test (long prompts) */
+#define CHUNK 128				/* max_batch_tokens */
 
 struct gp
 {
 	int			special;
+	int			is_long;
 	char	   *text;
 	size_t		text_len;
 	int32_t    *prompt,
 			   *cont,
 			   *tf1;
-	float	   *tfm;
+	float	   *tfm,
+			   *cm;
 	int			n_prompt,
 				n_cont,
 				n_tf;
@@ -113,10 +123,90 @@ argmax(const float *row, int n)
 	return b;
 }
 
+/*
+ * A prompt past the sliding window: prefill in chunks of CHUNK tokens,
+ * then feed llama.cpp's greedy tokens one by one; our top-1 before each
+ * must be that token where llama.cpp's margin is >= 0.5.  Free-running
+ * greedy is compared too (counted in *greedy_equal).
+ */
+static void
+check_long(struct opus_ctx *c, const struct gp *p, int i, int n_vocab,
+		   int *checked, int *equal, int *all, int *all_equal, int *greedy_equal)
+{
+	float	   *lg = malloc(sizeof(float) * (size_t) n_vocab);
+	struct opus_error err = {0};
+	int32_t		ours[64];
+	bool		same = true;
+
+	CHECK(p->n_prompt > 512 && p->n_prompt + p->n_cont <= MAX_SEQ && p->n_cont <= 64 &&
+		  p->cm != NULL, "P%d: long golden of %d + %d tokens", i, p->n_prompt, p->n_cont);
+	if (!(p->n_prompt > 512 && p->n_prompt + p->n_cont <= MAX_SEQ && p->n_cont <= 64 && p->cm))
+	{
+		free(lg);
+		return;
+	}
+	for (int pass = 0; pass < 2; pass++)	/* 0: llama.cpp's tokens fed, 1: ours */
+	{
+		struct opus_seq s;
+		struct opus_batch_item it;
+		int			k;
+
+		opus_seq_init(&s);
+		for (k = 0; k < p->n_prompt; k += CHUNK)
+		{
+			int			n = p->n_prompt - k < CHUNK ? p->n_prompt - k : CHUNK;
+
+			it = (struct opus_batch_item)
+			{
+				.seq = &s,.tokens = p->prompt + k,.n_tokens = n,.logits = lg
+			};
+			if (opus_forward(c, &it, 1, &err) != OPUS_OK)
+				break;
+		}
+		CHECK(k >= p->n_prompt, "P%d prefill: %s", i, err.msg);
+		for (k = 0; k < p->n_cont && same; k++)
+		{
+			int32_t		t1 = argmax(lg, n_vocab);
+
+			if (pass == 0)
+			{
+				(*all)++;
+				*all_equal += t1 == p->cont[k];
+				if (p->cm[k] >= 0.5f)
+				{
+					(*checked)++;
+					*equal += t1 == p->cont[k];
+					CHECK(t1 == p->cont[k], "P%d (long) step %d: top-1 %d, llama.cpp %d (margin %.3f)",
+						  i, k, t1, p->cont[k], p->cm[k]);
+				}
+			}
+			else
+			{
+				ours[k] = t1;
+				same = t1 == p->cont[k];
+			}
+			it = (struct opus_batch_item)
+			{
+				.seq = &s,.tokens = pass == 0 ? &p->cont[k] : &ours[k],.n_tokens = 1,.logits = lg
+			};
+			if (k + 1 < p->n_cont && opus_forward(c, &it, 1, &err) != OPUS_OK)
+			{
+				CHECK(false, "P%d (long) decode: %s", i, err.msg);
+				break;
+			}
+		}
+		opus_seq_release(c, &s);
+	}
+	*greedy_equal += same;
+	printf("P%d (long, %d prompt tokens) greedy %s\n", i, p->n_prompt, same ? "equal" : "differs");
+	free(lg);
+}
+
 int
 main(void)
 {
 	const char *path = getenv("OPUS_GEMMA3_MODEL");
+	const char *golden = GOLDEN;
 	struct gp	g[MAX_P];
 	int			np = 0;
 	char		line[65536];
@@ -142,8 +232,10 @@ main(void)
 		return UNIT_DONE();
 	}
 	fclose(f);
-	f = fopen(GOLDEN, "r");
-	CHECK(f != NULL, "cannot open %s (run from the repository root)", GOLDEN);
+	if (getenv("OPUS_GEMMA3_GOLDEN") && *getenv("OPUS_GEMMA3_GOLDEN"))
+		golden = getenv("OPUS_GEMMA3_GOLDEN");
+	f = fopen(golden, "r");
+	CHECK(f != NULL, "cannot open %s (run from the repository root)", golden);
 	if (!f)
 		return UNIT_DONE();
 	memset(g, 0, sizeof(g));
@@ -154,7 +246,7 @@ main(void)
 		if (strncmp(line, "P ", 2) == 0 && np < MAX_P)
 		{
 			p = &g[np++];
-			sscanf(line, "P %*d special %d", &p->special);
+			sscanf(line, "P %*d special %d long %d", &p->special, &p->is_long);
 		}
 		else if (!p)
 			continue;
@@ -164,13 +256,15 @@ main(void)
 			p->n_prompt = parse_ints(line + 7, &p->prompt);
 		else if (strncmp(line, "cont ", 5) == 0)
 			p->n_cont = parse_ints(line + 5, &p->cont);
+		else if (strncmp(line, "cont_margin ", 12) == 0)
+			CHECK(parse_floats(line + 12, &p->cm) == p->n_cont, "cont_margin length");
 		else if (strncmp(line, "tf_top1 ", 8) == 0)
 			p->n_tf = parse_ints(line + 8, &p->tf1);
 		else if (strncmp(line, "tf_margin ", 10) == 0)
 			CHECK(parse_floats(line + 10, &p->tfm) == p->n_tf, "tf_margin length");
 	}
 	fclose(f);
-	CHECK(np >= 8, "only %d golden prompts", np);
+	CHECK(np >= 32, "only %d golden prompts", np);
 
 	CHECK(opus_model_load(path, NULL, &m, &err) == OPUS_OK, "load: %s", err.msg);
 	if (!m)
@@ -179,9 +273,9 @@ main(void)
 	n_vocab = opus_model_hparams(m)->n_vocab;
 	cp.n_threads = 2;
 	cp.block_size = 16;
-	cp.max_batch_tokens = 128;
-	cp.n_ctx = 256;
-	cp.n_blocks = 32;
+	cp.max_batch_tokens = CHUNK;
+	cp.n_ctx = MAX_SEQ;
+	cp.n_blocks = MAX_SEQ / 16;
 	CHECK(opus_ctx_create(m, &cp, &c, &err) == OPUS_OK, "ctx: %s", err.msg);
 	if (!c)
 	{
@@ -192,7 +286,7 @@ main(void)
 	for (int i = 0; i < np; i++)
 	{
 		struct gp  *p = &g[i];
-		int32_t		toks[256];
+		int32_t		toks[MAX_SEQ];
 		int64_t		nt = 0;
 		int			n = p->n_prompt + p->n_cont;
 		float	   *lg;
@@ -203,15 +297,22 @@ main(void)
 
 		/* tokenization */
 		CHECK(opus_tokenizer_encode(opus_model_tokenizer(m), p->text, p->text_len, true,
-									p->special != 0, toks, 256, &nt, &err) == OPUS_OK,
+									p->special != 0, toks, MAX_SEQ, &nt, &err) == OPUS_OK,
 			  "P%d encode: %s", i, err.msg);
 		CHECK(nt == p->n_prompt &&
 			  memcmp(toks, p->prompt, sizeof(int32_t) * (size_t) nt) == 0,
 			  "P%d: tokenization differs from llama.cpp's (%lld vs %d tokens)",
 			  i, (long long) nt, p->n_prompt);
 
+		if (p->is_long)
+		{
+			check_long(c, p, i, n_vocab, &tf_checked, &tf_equal, &tf_all, &tf_all_equal,
+					   &greedy_equal);
+			continue;
+		}
+
 		/* teacher forcing, one batch */
-		if (n > 128 || p->n_tf != n)
+		if (n > CHUNK || p->n_tf != n)
 		{
 			CHECK(false, "P%d: golden sequence of %d tokens (tf %d)", i, n, p->n_tf);
 			continue;
@@ -277,6 +378,7 @@ main(void)
 		free(g[i].cont);
 		free(g[i].tf1);
 		free(g[i].tfm);
+		free(g[i].cm);
 	}
 	return UNIT_DONE();
 }

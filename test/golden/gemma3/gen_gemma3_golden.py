@@ -18,6 +18,10 @@ prompts replaced by Gemma turn markup, plus a few more):
   tf_margin  top1 - top2 logit at each of those positions
   cont_text  the continuation's text (escaped as in make_goldens.py)
 
+The "long 1" records (prompts past the 512-token sliding window, context
+N_CTX_LONG) have no tf_top1/tf_margin lines: their check is the greedy
+steps' top-1 (cont) where cont_margin >= 0.5, with llama.cpp's tokens fed.
+
 The check is test/unit/test_gemma3.c.  Usage, from the repository root:
   python3 test/golden/gemma3/gen_gemma3_golden.py
 """
@@ -46,9 +50,39 @@ CHAT = [
         "<start_of_turn>model\n"),
     (0, "<start_of_turn>user\nHello<end_of_turn>\n<start_of_turn>model\n"),
 ]
-# kept small: llama-cpp-python's logits_all makes every step copy the
-# 262k-entry rows, and the check runs under the sanitizers in `make unit`
-PROMPTS = [p for p in mg.PROMPTS if "<|im_start|>" not in p[1]][:8] + CHAT[:2]
+# 31 of the default model's raw prompts (all but the last two: the run
+# takes 1-2 minutes per prompt on a busy 2-core machine) and the 4 chat ones
+PROMPTS = [p for p in mg.PROMPTS if "<|im_start|>" not in p[1]][:31] + CHAT
+
+# Past the sliding window (gemma3.attention.sliding_window = 512): prompts
+# of 600-900 tokens whose answer sits more than 512 tokens back, so only
+# the global layers can see it.  No teacher-forcing record for these (a
+# logits_all row per position is 1 MB); the greedy steps' own top-1 and
+# margins are the check.
+COLOURS = ["red", "blue", "green", "yellow", "purple", "orange", "black",
+           "white", "grey", "brown", "pink", "silver"]
+THINGS = ["apple", "river", "castle", "violin", "garden", "rocket", "lantern",
+          "teapot", "bicycle", "mountain", "island", "library", "window",
+          "dragon", "compass", "harbour", "meadow", "anchor", "candle",
+          "forest", "bridge", "mirror", "tower", "feather", "pebble",
+          "quilt", "saddle", "thimble", "valley", "whistle"]
+
+
+def long_list(n_items):
+    lines = ["Here is a list of things and their colours."]
+    for i in range(n_items):
+        lines.append("Item %d: the %s is %s." % (
+            i + 1, THINGS[i % len(THINGS)], COLOURS[(7 * i + 3) % len(COLOURS)]))
+    return "\n".join(lines)
+
+
+LONG = [
+    (0, long_list(60) + "\nQuestion: what colour is the apple in item 1?"
+        "\nAnswer: the apple is"),
+    (1, "<start_of_turn>user\n" + long_list(60) + "\n\nWhich item is the "
+        "castle, and what colour is it?<end_of_turn>\n<start_of_turn>model\n"),
+]
+N_CTX_LONG = 1024
 
 
 def main():
@@ -88,6 +122,36 @@ def main():
         recs.append((special, text, ptoks, cont, margins, tf1, tfm, ctext))
         print("%2d: %d+%d %r" % (i, len(ptoks), len(cont), ctext[:60]),
               file=sys.stderr)
+    del llm
+    llm = llama_cpp.Llama(model_path=path, n_ctx=N_CTX_LONG, n_batch=N_CTX,
+                          n_ubatch=N_CTX, n_threads=N_THREADS,
+                          n_threads_batch=N_THREADS, logits_all=False,
+                          verbose=False)
+    vocab = llama_cpp.llama_model_get_vocab(llm._model.model)
+    for special, text in LONG:
+        ptoks = llm.tokenize(text.encode("utf-8"), add_bos=True,
+                             special=bool(special))
+        assert 512 + 64 < len(ptoks) + MAX_NEW <= N_CTX_LONG, len(ptoks)
+        llm.reset()
+        llm.eval(ptoks)
+        cont, margins = [], []
+        for _ in range(MAX_NEW):
+            # without logits_all, llm.scores is not filled: the last
+            # token's logits straight from the context
+            row = np.ctypeslib.as_array(
+                llama_cpp.llama_get_logits_ith(llm._ctx.ctx, -1),
+                shape=(llm.n_vocab(),)).astype(np.float32)
+            tok = int(np.argmax(row))
+            top2 = np.partition(row, -2)[-2:]
+            margins.append(float(top2[1] - top2[0]))
+            cont.append(tok)
+            if llama_cpp.llama_vocab_is_eog(vocab, tok):
+                break
+            llm.eval([tok])
+        ctext = llm.detokenize(cont, special=False)
+        recs.append((special, text, ptoks, cont, margins, None, None, ctext))
+        print("long: %d+%d %r" % (len(ptoks), len(cont), ctext[:60]),
+              file=sys.stderr)
     out = os.path.join(HERE, "gemma3.txt")
     with open(out, "w", encoding="utf-8") as f:
         f.write("# opus_pg golden: gemma3 greedy + teacher-forced top-1\n")
@@ -100,15 +164,16 @@ def main():
         f.write("n_prompts %d\n" % len(recs))
         for i, (special, text, ptoks, cont, margins, tf1, tfm, ctext) in \
                 enumerate(recs):
-            f.write("P %d special %d\n" % (i, special))
+            f.write("P %d special %d long %d\n" % (i, special, tf1 is None))
             f.write("text %s\n" % mg.escape(text.encode("utf-8")))
             f.write("prompt %d %s\n" % (len(ptoks), " ".join(map(str, ptoks))))
             f.write("cont %d %s\n" % (len(cont), " ".join(map(str, cont))))
             f.write("cont_margin %d %s\n" % (len(margins), " ".join(
                 "%.4f" % m for m in margins)))
-            f.write("tf_top1 %d %s\n" % (len(tf1), " ".join(map(str, tf1))))
-            f.write("tf_margin %d %s\n" % (len(tfm), " ".join(
-                "%.4f" % m for m in tfm)))
+            if tf1 is not None:
+                f.write("tf_top1 %d %s\n" % (len(tf1), " ".join(map(str, tf1))))
+                f.write("tf_margin %d %s\n" % (len(tfm), " ".join(
+                    "%.4f" % m for m in tfm)))
             f.write("cont_text %s\n" % mg.escape(ctext))
 
 
