@@ -23,7 +23,9 @@ END $$;
 -- (The request logger, connected to opus.database, is checked in stats.)
 SELECT backend_type, datname FROM pg_stat_activity WHERE backend_type = 'opus_pg supervisor';
 
--- The engine comes up with the default model.
+-- The engine comes up with the default model (loading it takes a moment
+-- on a busy machine: wait up to 60 s for it, then show the state).
+DO $$ BEGIN FOR i IN 1 .. 600 LOOP EXIT WHEN (SELECT state = 'ready' FROM opus_engine); PERFORM pg_sleep(0.1); END LOOP; END $$;
 SELECT state, restarts, busy_slots, max_requests FROM opus_engine;
 SELECT count(*) FROM opus_model;
 SELECT state, engine_pid IS NOT NULL AS has_engine FROM opus_engine;
