@@ -62,21 +62,40 @@ find_opt(const struct opus_cli_opt *opts, const char *a)
 	return NULL;
 }
 
+static int
+usage_error(const struct opus_cli_spec *sp, enum opus_cli_err e, const char *a,
+			const char *v)
+{
+	if (sp->on_error)
+		return sp->on_error(e, a, v);
+	if (e == OPUS_CLI_ERR_UNKNOWN)
+		fprintf(stderr, "opus_engine %s: unknown option \"%s\"\n", sp->cmd, a);
+	else
+		fprintf(stderr, "opus_engine %s: bad or missing value for %s\n", sp->cmd, a);
+	sp->usage();
+	return 2;
+}
+
 int
-opus_cli_parse(const char *cmd, int argc, char **argv,
-			   const struct opus_cli_opt *opts, void (*usage) (void))
+opus_cli_parse_spec(const struct opus_cli_spec *sp, int argc, char **argv)
 {
 	for (int i = 1; i < argc; i++)
 	{
 		const char *a = argv[i];
 		const char *v = (i + 1 < argc) ? argv[i + 1] : NULL;
-		const struct opus_cli_opt *o = find_opt(opts, a);
+		const struct opus_cli_opt *o = find_opt(sp->opts, a);
 		bool		ok = true;
 
-		if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0)
+		if (strcmp(a, "--help") == 0 || (!sp->no_short_help && strcmp(a, "-h") == 0))
 		{
-			usage();
+			sp->usage();
 			return 0;
+		}
+		if (!o && sp->positional)
+		{
+			if (!sp->positional(a, sp->ctx))
+				return usage_error(sp, OPUS_CLI_ERR_UNKNOWN, a, NULL);
+			continue;
 		}
 		if (o && o->kind == OPUS_CLI_FLAG)
 		{
@@ -84,41 +103,41 @@ opus_cli_parse(const char *cmd, int argc, char **argv,
 			continue;
 		}
 		if (!v)
-			ok = false;
-		else if (!o)
+			return usage_error(sp, OPUS_CLI_ERR_MISSING, a, NULL);
+		if (!o)
+			return usage_error(sp, OPUS_CLI_ERR_UNKNOWN, a, v);
+		switch (o->kind)
 		{
-			fprintf(stderr, "opus_engine %s: unknown option \"%s\"\n", cmd, a);
-			usage();
-			return 2;
+			case OPUS_CLI_STR:
+				*(const char **) o->out = v;
+				break;
+			case OPUS_CLI_INT:
+				ok = opus_cli_parse_int(v, o->lo, o->hi, (int *) o->out);
+				break;
+			case OPUS_CLI_FLOAT:
+				ok = opus_cli_parse_float(v, (float *) o->out);
+				break;
+			case OPUS_CLI_U64:
+				ok = opus_cli_parse_u64(v, (uint64_t *) o->out);
+				break;
+			case OPUS_CLI_FN:
+				ok = o->parse(v);
+				break;
+			case OPUS_CLI_FLAG:
+				break;
 		}
-		else
-			switch (o->kind)
-			{
-				case OPUS_CLI_STR:
-					*(const char **) o->out = v;
-					break;
-				case OPUS_CLI_INT:
-					ok = opus_cli_parse_int(v, o->lo, o->hi, (int *) o->out);
-					break;
-				case OPUS_CLI_FLOAT:
-					ok = opus_cli_parse_float(v, (float *) o->out);
-					break;
-				case OPUS_CLI_U64:
-					ok = opus_cli_parse_u64(v, (uint64_t *) o->out);
-					break;
-				case OPUS_CLI_FN:
-					ok = o->parse(v);
-					break;
-				case OPUS_CLI_FLAG:
-					break;
-			}
 		if (!ok)
-		{
-			fprintf(stderr, "opus_engine %s: bad or missing value for %s\n", cmd, a);
-			usage();
-			return 2;
-		}
+			return usage_error(sp, OPUS_CLI_ERR_BAD, a, v);
 		i++;
 	}
 	return -1;
+}
+
+int
+opus_cli_parse(const char *cmd, int argc, char **argv,
+			   const struct opus_cli_opt *opts, void (*usage) (void))
+{
+	struct opus_cli_spec sp = {.cmd = cmd,.opts = opts,.usage = usage};
+
+	return opus_cli_parse_spec(&sp, argc, argv);
 }

@@ -45,6 +45,36 @@ struct opus_cli_opt
 int			opus_cli_parse(const char *cmd, int argc, char **argv,
 						   const struct opus_cli_opt *opts, void (*usage) (void));
 
+/*
+ * The same parser with a subcommand's own rules, for subcommands whose
+ * messages predate it.  Every field past usage may be left zero:
+ *   positional   takes an argument that is not in the table (false: a usage
+ *                error, OPUS_CLI_ERR_UNKNOWN); without it such an argument is
+ *                an unknown option, as in opus_cli_parse
+ *   on_error     prints a usage error its own way and returns the exit code;
+ *                without it the messages of opus_cli_parse
+ *   no_short_help  "-h" is not --help (it goes to the table / positional)
+ */
+enum opus_cli_err
+{
+	OPUS_CLI_ERR_UNKNOWN,		/* not in the table (or positional said no) */
+	OPUS_CLI_ERR_MISSING,		/* the option is the last argument */
+	OPUS_CLI_ERR_BAD			/* its value does not parse */
+};
+
+struct opus_cli_spec
+{
+	const char *cmd;
+	const struct opus_cli_opt *opts;
+	void		(*usage) (void);
+	bool		(*positional) (const char *arg, void *ctx);
+	void	   *ctx;			/* passed to positional */
+	int			(*on_error) (enum opus_cli_err e, const char *opt, const char *value);
+	bool		no_short_help;
+};
+
+int			opus_cli_parse_spec(const struct opus_cli_spec *spec, int argc, char **argv);
+
 /* Value parsers, also for the subcommands' own checks. */
 bool		opus_cli_parse_int(const char *s, long lo, long hi, int *out);
 bool		opus_cli_parse_float(const char *s, float *out);

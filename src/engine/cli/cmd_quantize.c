@@ -11,6 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "cli/args.h"
 #include "cli/cli.h"
 #include "format/quantize.h"
 
@@ -24,51 +25,56 @@ usage(void)
 			"  (K-quants fall back to Q5_0/Q5_1/Q8_0 for rows not a multiple of 256)\n");
 }
 
+struct positional
+{
+	const char *v[3];
+	int			n;
+};
+
+static bool
+take_positional(const char *arg, void *ctx)
+{
+	struct positional *p = ctx;
+
+	if (p->n == 3 || (arg[0] == '-' && arg[1] != '\0'))
+		return false;
+	p->v[p->n++] = arg;
+	return true;
+}
+
+static int
+on_error(enum opus_cli_err e, const char *opt, const char *value)
+{
+	if (e == OPUS_CLI_ERR_BAD)
+		fprintf(stderr, "opus_engine quantize: --threads must be 1..%d\n", OPUS_QUANTIZE_MAX_THREADS);
+	else
+		usage();
+	return 2;
+}
+
 int
 opus_cli_quantize(int argc, char **argv)
 {
-	const char *pos[3];
-	int			npos = 0;
+	struct positional p = {{NULL}, 0};
+	const char **pos = p.v;
 	int			n_threads = 0;
 	int			type_id;
+	int			rc;
 	struct opus_error err = {0};
 	struct opus_quantize_stats stats;
 	enum opus_status st;
+	const struct opus_cli_opt opts[] = {
+		{"--threads", "-t", OPUS_CLI_INT, &n_threads, 1, OPUS_QUANTIZE_MAX_THREADS, NULL},
+		OPUS_CLI_END
+	};
+	const struct opus_cli_spec spec = {
+		.cmd = "quantize",.opts = opts,.usage = usage,
+		.positional = take_positional,.ctx = &p,.on_error = on_error
+	};
 
-	for (int i = 1; i < argc; i++)
-	{
-		if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0)
-		{
-			usage();
-			return 0;
-		}
-		if (strcmp(argv[i], "--threads") == 0 || strcmp(argv[i], "-t") == 0)
-		{
-			char	   *end;
-			long		v;
-
-			if (i + 1 >= argc)
-			{
-				usage();
-				return 2;
-			}
-			v = strtol(argv[++i], &end, 10);
-			if (*end != '\0' || v < 1 || v > OPUS_QUANTIZE_MAX_THREADS)
-			{
-				fprintf(stderr, "opus_engine quantize: --threads must be 1..%d\n", OPUS_QUANTIZE_MAX_THREADS);
-				return 2;
-			}
-			n_threads = (int) v;
-			continue;
-		}
-		if (npos == 3 || (argv[i][0] == '-' && argv[i][1] != '\0'))
-		{
-			usage();
-			return 2;
-		}
-		pos[npos++] = argv[i];
-	}
-	if (npos != 3)
+	if ((rc = opus_cli_parse_spec(&spec, argc, argv)) >= 0)
+		return rc;
+	if (p.n != 3)
 	{
 		usage();
 		return 2;
