@@ -17,6 +17,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "cli/args.h"
 #include "cli/cli.h"
 #include "model/model.h"
 
@@ -36,6 +37,46 @@ usage(void)
 			"usage: opus_engine embed --model FILE [--threads N] [--batch-tokens N]\n"
 			"                         [--no-normalize] [--truncate] [--quiet]\n"
 			"                         (--input FILE | TEXT...)\n");
+}
+
+/* the TEXT arguments */
+struct text_list
+{
+	char	  **texts;
+	int			n,
+				cap;
+	bool		oom;
+};
+
+static bool
+take_text(const char *a, void *ctx)
+{
+	struct text_list *tl = ctx;
+
+	if (a[0] == '-' && a[1] == '-')
+		return false;
+	if (tl->n == tl->cap)
+	{
+		char	  **t;
+
+		tl->cap = tl->cap ? tl->cap * 2 : 16;
+		t = realloc(tl->texts, sizeof(char *) * tl->cap);
+		if (!t)
+		{
+			tl->oom = true;
+			return false;
+		}
+		tl->texts = t;
+	}
+	tl->texts[tl->n++] = strdup(a);
+	return true;
+}
+
+static int
+on_error(enum opus_cli_err e, const char *opt, const char *value)
+{
+	usage();
+	return 2;
 }
 
 int
@@ -63,47 +104,41 @@ opus_cli_embed(int argc, char **argv)
 				n_ctx;
 	double		t0,
 				t1;
+	const char *threads_s = NULL,
+			   *batch_s = NULL;
+	bool		no_normalize = false;
+	struct text_list tl = {NULL, 0, 0, false};
+	const struct opus_cli_opt opts[] = {
+		{"--model", NULL, OPUS_CLI_STR, &model, 0, 0, NULL},
+		{"--input", NULL, OPUS_CLI_STR, &input, 0, 0, NULL},
+		{"--threads", NULL, OPUS_CLI_STR, &threads_s, 0, 0, NULL},
+		{"--batch-tokens", NULL, OPUS_CLI_STR, &batch_s, 0, 0, NULL},
+		{"--no-normalize", NULL, OPUS_CLI_FLAG, &no_normalize, 0, 0, NULL},
+		{"--truncate", NULL, OPUS_CLI_FLAG, &truncate, 0, 0, NULL},
+		{"--quiet", NULL, OPUS_CLI_FLAG, &quiet, 0, 0, NULL},
+		OPUS_CLI_END
+	};
+	const struct opus_cli_spec spec = {
+		.cmd = "embed",.opts = opts,.usage = usage,.positional = take_text,
+		.ctx = &tl,.on_error = on_error,.no_short_help = true
+	};
 
-	for (int i = 1; i < argc; i++)
+	if ((rc = opus_cli_parse_spec(&spec, argc, argv)) >= 0)
 	{
-		const char *a = argv[i];
-
-		if (strcmp(a, "--model") == 0 && i + 1 < argc)
-			model = argv[++i];
-		else if (strcmp(a, "--input") == 0 && i + 1 < argc)
-			input = argv[++i];
-		else if (strcmp(a, "--threads") == 0 && i + 1 < argc)
-			threads = atoi(argv[++i]);
-		else if (strcmp(a, "--batch-tokens") == 0 && i + 1 < argc)
-			batch_tokens = atoi(argv[++i]);
-		else if (strcmp(a, "--no-normalize") == 0)
-			normalize = false;
-		else if (strcmp(a, "--truncate") == 0)
-			truncate = true;
-		else if (strcmp(a, "--quiet") == 0)
-			quiet = true;
-		else if (strcmp(a, "--help") == 0)
-		{
-			usage();
-			return 0;
-		}
-		else if (a[0] == '-' && a[1] == '-')
-		{
-			usage();
-			return 2;
-		}
-		else
-		{
-			if (n_texts == cap)
-			{
-				cap = cap ? cap * 2 : 16;
-				texts = realloc(texts, sizeof(char *) * cap);
-				if (!texts)
-					return 1;
-			}
-			texts[n_texts++] = strdup(a);
-		}
+		texts = tl.texts;
+		n_texts = tl.n;
+		rc = tl.oom ? 1 : rc;
+		goto out;
 	}
+	rc = 1;
+	texts = tl.texts;
+	n_texts = tl.n;
+	cap = tl.cap;
+	if (threads_s)
+		threads = atoi(threads_s);
+	if (batch_s)
+		batch_tokens = atoi(batch_s);
+	normalize = !no_normalize;
 	if (!model || (!input && n_texts == 0) || (input && n_texts > 0))
 	{
 		usage();
