@@ -38,7 +38,7 @@ PG_CFLAGS = $(OPUS_PG_WERROR)
 # pg_regress suite (sql/<name>.sql, expected/<name>.out).  It needs a server
 # with opus_pg preloaded: run test/run_regress.sh (temporary instance), or
 # `make installcheck` against a running server configured that way.
-REGRESS = setup generate chat tokenize errors settings model models stats experts async jobs security security_privileges security_limits upgrade tenants stream scaleout overload tools structured
+REGRESS = setup generate chat tokenize errors settings model models stats experts async jobs security security_privileges security_limits upgrade tenants stream scaleout overload tools structured embed
 REGRESS_OPTS = --inputdir=.
 EXTRA_CLEAN = nopreload
 
@@ -133,8 +133,14 @@ install-model: $(DEFAULT_MODEL)
 	$(MKDIR_P) '$(DESTDIR)$(OPUS_MODELDIR)'
 	cmp -s $(DEFAULT_MODEL) '$(DESTDIR)$(OPUS_MODELDIR)/$(DEFAULT_MODEL_FILE)' || \
 		$(INSTALL_DATA) $(DEFAULT_MODEL) '$(DESTDIR)$(OPUS_MODELDIR)/$(DEFAULT_MODEL_FILE)'
+	# the embedding model too, when it was built (make model-minilm)
+	if [ -f $(MINILM_MODEL) ]; then \
+		cmp -s $(MINILM_MODEL) '$(DESTDIR)$(OPUS_MODELDIR)/$(notdir $(MINILM_MODEL))' || \
+		$(INSTALL_DATA) $(MINILM_MODEL) '$(DESTDIR)$(OPUS_MODELDIR)/$(notdir $(MINILM_MODEL))'; \
+	fi
 
 uninstall-engine:
-	rm -f '$(DESTDIR)$(bindir)/opus_engine' '$(DESTDIR)$(OPUS_MODELDIR)/$(DEFAULT_MODEL_FILE)'
+	rm -f '$(DESTDIR)$(bindir)/opus_engine' '$(DESTDIR)$(OPUS_MODELDIR)/$(DEFAULT_MODEL_FILE) \
+		'$(DESTDIR)$(OPUS_MODELDIR)/$(notdir $(MINILM_MODEL))'
 
 include test/test.mk

@@ -766,6 +766,14 @@ opus_proto_parse_submit(const uint8_t *buf, size_t len,
 				return false;
 			}
 			break;
+		case OPUS_KIND_EMBED:
+			if ((m->n_items & ~(uint32_t) OPUS_PROTO_EMBED_FLAGS) != 0 ||
+				memchr(m->data, 0, m->data_len) != NULL)
+			{
+				*why = "SUBMIT embedding input is malformed";
+				return false;
+			}
+			break;
 		case OPUS_KIND_DETOKENIZE:
 			if (m->n_items > OPUS_PROTO_MAX_PAYLOAD / 4 ||
 				(size_t) m->n_items * 4 != m->data_len)
@@ -1095,6 +1103,31 @@ opus_proto_parse_tokens(const uint8_t *buf, size_t len, const char **why)
 		if ((int32_t) opus_proto_get_u32(buf + i) < 0)
 		{
 			*why = "TOKENS has a negative token id";
+			return false;
+		}
+	}
+	return true;
+}
+
+bool
+opus_proto_parse_embedding(const uint8_t *buf, size_t len, const char **why)
+{
+	size_t		i;
+
+	if (len == 0 || len % 4 != 0)
+	{
+		*why = "EMBEDDING has a bad length";
+		return false;
+	}
+	for (i = 0; i < len; i += 4)
+	{
+		uint32_t	u = opus_proto_get_u32(buf + i);
+		float		f;
+
+		memcpy(&f, &u, sizeof(f));
+		if (!isfinite(f))
+		{
+			*why = "EMBEDDING has a value that is not finite";
 			return false;
 		}
 	}

@@ -56,13 +56,13 @@
 #include "params.h"
 
 #define OPUS_PROTO_MAGIC		0x5355504FU /* "OPUS" read as little-endian u32 */
-#define OPUS_PROTO_VERSION		8	/* 2: PROGRESS, prefix counters in STATS;
+#define OPUS_PROTO_VERSION		9	/* 2: PROGRESS, prefix counters in STATS;
 									 * 3: KV settings in HELLO, priority in SUBMIT;
 									 * 4: EXPERTS; 5: tenant block in SUBMIT;
 									 * 6: step target, starvation limit in HELLO;
 									 * 7: chat roles tool and tools;
 									 * 8: allow_special_tokens and a grammar
-									 * block in SUBMIT */
+									 * block in SUBMIT; 9: EMBED, EMBEDDING */
 #define OPUS_PROTO_HEADER_SIZE	16
 #define OPUS_PROTO_MAX_PAYLOAD	(16U * 1024 * 1024)
 #define OPUS_PROTO_MAX_STOP		OPUS_PARAM_MAX_STOP /* stop strings per request */
@@ -118,6 +118,7 @@ enum opus_proto_type
 	OPUS_MSG_PONG = 11,			/* engine -> supervisor, empty payload */
 	OPUS_MSG_PROGRESS = 12,		/* engine -> supervisor, per request */
 	OPUS_MSG_EXPERTS = 13,		/* engine -> supervisor, expert load (MoE) */
+	OPUS_MSG_EMBEDDING = 14,	/* engine -> supervisor, f32 vector (EMBED) */
 	OPUS_MSG__COUNT
 };
 
@@ -127,8 +128,14 @@ enum opus_proto_kind
 	OPUS_KIND_CHAT = 2,			/* messages -> assistant text */
 	OPUS_KIND_TOKENIZE = 3,		/* text -> TOKENS */
 	OPUS_KIND_DETOKENIZE = 4,	/* token ids -> TEXT */
+	OPUS_KIND_EMBED = 5,		/* text -> EMBEDDING (an encoder model) */
 	OPUS_KIND__COUNT
 };
+
+/* EMBED: SUBMIT n_items carries these flags (data: the text). */
+#define OPUS_PROTO_EMBED_NORMALIZE	1	/* L2-normalise the vector */
+#define OPUS_PROTO_EMBED_TRUNCATE	2	/* cut an input over the context */
+#define OPUS_PROTO_EMBED_FLAGS		3
 
 enum opus_proto_role
 {
@@ -253,6 +260,7 @@ struct opus_proto_str
  *   output must match, len 0 = none, no NUL), u32 n_items, u32 data_len,
  *   data.
  * data: GENERATE/TOKENIZE: the prompt bytes (n_items = 0);
+ *       EMBED: the text bytes (n_items = OPUS_PROTO_EMBED_* flags);
  *       CHAT: n_items x (u8 role, u32 len, bytes): at least one message
  *             and at most one OPUS_ROLE_TOOLS item (tools JSON);
  *       DETOKENIZE: n_items x i32 token ids (data_len = 4 * n_items).
@@ -527,6 +535,8 @@ bool opus_proto_parse_text(const uint8_t *buf, size_t len, const char **why);
 
 /* TOKENS: a whole number of non-negative i32 ids. */
 bool opus_proto_parse_tokens(const uint8_t *buf, size_t len, const char **why);
+/* EMBEDDING: one or more finite little-endian f32. */
+bool opus_proto_parse_embedding(const uint8_t *buf, size_t len, const char **why);
 
 /* CANCEL, PING, PONG carry no payload. */
 bool opus_proto_parse_empty(size_t len, const char **why);

@@ -154,6 +154,8 @@ echo "run_tests: opus_pg at $ROOT ($(git -C "$ROOT" rev-parse --short HEAD 2>/de
 # ---- setup ---------------------------------------------------------------
 step setup deps test/tools/install_deps.sh
 [ $setup_ok -eq 1 ] && step setup model $MAKE model
+# the embedding model the regress test embed serves (SHA-checked; make install copies it)
+[ $setup_ok -eq 1 ] && step setup model-minilm $MAKE model-minilm
 if [ $setup_ok -eq 1 ]; then
 	# COPT reaches PGXS's CFLAGS: -Werror for the extension; the engine's own
 	# flags already carry -Werror.

@@ -291,6 +291,8 @@ typedef struct OpusRequest
 	uint8	   *roles;
 	const char **contents;
 	size_t	   *content_lens;
+	/* EMBED: text plus OPUS_PROTO_EMBED_* flags */
+	uint32		embed_flags;
 	/* DETOKENIZE */
 	int32	   *tokens;
 	int			n_tokens;

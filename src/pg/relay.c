@@ -421,10 +421,12 @@ handle_engine_frame(EngineProc *p, const struct opus_proto_header *h, const uint
 			return opus_proto_parse_empty(h->length, &why) ? NULL : why;
 		case OPUS_MSG_TEXT:
 		case OPUS_MSG_TOKENS:
+		case OPUS_MSG_EMBEDDING:
 			if (!p->ready)
 				return "result frame before READY";
 			if (h->type == OPUS_MSG_TEXT ? !opus_proto_parse_text(payload, h->length, &why) :
-				!opus_proto_parse_tokens(payload, h->length, &why))
+				h->type == OPUS_MSG_TOKENS ? !opus_proto_parse_tokens(payload, h->length, &why) :
+				!opus_proto_parse_embedding(payload, h->length, &why))
 				return why;
 			if (p->warming && is_canary_id(h->id))
 			{
@@ -437,7 +439,8 @@ handle_engine_frame(EngineProc *p, const struct opus_proto_header *h, const uint
 			i = slot_for_id(p, h->id);
 			if (i < 0)
 				return NULL;	/* a request we no longer care about */
-			if ((OpusGetSlot(i)->kind == OPUS_KIND_TOKENIZE) != (h->type == OPUS_MSG_TOKENS))
+			if ((OpusGetSlot(i)->kind == OPUS_KIND_TOKENIZE) != (h->type == OPUS_MSG_TOKENS) ||
+				(OpusGetSlot(i)->kind == OPUS_KIND_EMBED) != (h->type == OPUS_MSG_EMBEDDING))
 				return "result frame of the wrong type for the request";
 			first_token[i] = true;
 			append_result(p, i, h->id, (const char *) payload, h->length);

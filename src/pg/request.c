@@ -111,6 +111,7 @@ payload_size(const OpusRequest *req)
 	{
 		case OPUS_KIND_GENERATE:
 		case OPUS_KIND_TOKENIZE:
+		case OPUS_KIND_EMBED:
 			n = add_size(n, req->text_len);
 			break;
 		case OPUS_KIND_CHAT:
@@ -134,6 +135,7 @@ data_size(const OpusRequest *req)
 	{
 		case OPUS_KIND_GENERATE:
 		case OPUS_KIND_TOKENIZE:
+		case OPUS_KIND_EMBED:
 			n = req->text_len;
 			break;
 		case OPUS_KIND_CHAT:
@@ -179,12 +181,14 @@ OpusEncodeRequest(const OpusRequest *req, char *buf, Size cap,
 	opus_proto_encode_submit_grammar(&w, req->grammar,
 									 req->grammar ? (uint32) req->grammar_len : 0);
 	opus_proto_encode_submit_data_head(&w, req->kind == OPUS_KIND_CHAT ? (uint32) req->n_messages :
-									   req->kind == OPUS_KIND_DETOKENIZE ? (uint32) req->n_tokens : 0,
+									   req->kind == OPUS_KIND_DETOKENIZE ? (uint32) req->n_tokens :
+									   req->kind == OPUS_KIND_EMBED ? req->embed_flags : 0,
 									   (uint32) data_size(req));
 	switch (req->kind)
 	{
 		case OPUS_KIND_GENERATE:
 		case OPUS_KIND_TOKENIZE:
+		case OPUS_KIND_EMBED:
 			opus_proto_w_bytes(&w, req->text, req->text_len);
 			break;
 		case OPUS_KIND_CHAT:

@@ -404,7 +404,8 @@ OpusStatsSlotFilled(int slot_index, uint64 request_id, const OpusRequest *req)
 	if (OpusStats == NULL || slot_index < 0 || slot_index >= OpusStats->n_slots)
 		return;
 	a = &OpusStats->activity[slot_index];
-	if (req->kind == OPUS_KIND_GENERATE || req->kind == OPUS_KIND_TOKENIZE)
+	if (req->kind == OPUS_KIND_GENERATE || req->kind == OPUS_KIND_TOKENIZE ||
+		req->kind == OPUS_KIND_EMBED)
 	{
 		text = req->text;
 		len = req->text_len;

@@ -128,6 +128,8 @@ kind_name(uint8 kind)
 			return "tokenize";
 		case OPUS_KIND_DETOKENIZE:
 			return "detokenize";
+		case OPUS_KIND_EMBED:
+			return "embed";
 	}
 	return "unknown";
 }

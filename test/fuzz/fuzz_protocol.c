@@ -72,6 +72,7 @@ parse_payload(const uint8_t *p, size_t len)
 												   (size_t) experts.n_layer * experts.n_expert - 1);
 	sink += opus_proto_parse_text(p, len, &why);
 	sink += opus_proto_parse_tokens(p, len, &why);
+	sink += opus_proto_parse_embedding(p, len, &why);
 	sink += opus_proto_parse_empty(len, &why);
 }
 

@@ -102,6 +102,22 @@ struct serve
 	bool		stats_sent;
 	double		stats_sent_at;	/* now_ms() of the last STATS frame */
 	uint64_t   *experts_sent;	/* counters of the last EXPERTS frame, or NULL */
+	/* an encoder (embedding) model runs here instead of ctx and sched */
+	struct opus_encoder *enc;
+	int32_t		enc_ctx;		/* tokens per input */
+	int32_t		n_embd;
+	struct pending_embed *emb;	/* EMBED requests read, not yet encoded */
+	int			n_emb;
+	int			cap_emb;
+};
+
+struct pending_embed
+{
+	uint64_t	id;
+	int32_t    *toks;
+	int32_t		n;
+	bool		normalize;
+	double		t0;
 };
 
 static double
@@ -714,6 +730,151 @@ handle_detokenize(struct serve *s, uint64_t id, const struct opus_proto_submit *
 	send_done(s, id, &d);
 }
 
+/*
+ * EMBED: tokenize now, queue; every queued input is encoded in one
+ * opus_encode call per normalize setting (flush_embeds) once the input
+ * buffer is drained.
+ */
+static void
+handle_embed(struct serve *s, uint64_t id, const struct opus_proto_submit *m)
+{
+	struct opus_error err = {0};
+	double		t0 = now_ms();
+	int32_t    *toks = NULL;
+	int64_t		n = 0;
+	enum opus_status st;
+
+	if (!s->enc)
+	{
+		opus_error_set(&err, OPUS_ERR_UNSUPPORTED,
+					   "the model is a text generation model, not an embedding model");
+		send_error_done(s, id, &err);
+		return;
+	}
+	st = tokenize(s, (const char *) m->data, m->data_len, false, &toks, &n, &err);
+	if (st == OPUS_OK && n == 0)
+		st = opus_error_set(&err, OPUS_ERR_INVALID_ARG, "input is empty");
+	if (st == OPUS_OK && n > s->enc_ctx)
+	{
+		if (m->n_items & OPUS_PROTO_EMBED_TRUNCATE)
+		{
+			/* keep the first enc_ctx - 1 tokens and the last ([SEP]) */
+			toks[s->enc_ctx - 1] = toks[n - 1];
+			n = s->enc_ctx;
+		}
+		else
+			st = opus_error_set(&err, OPUS_ERR_CONTEXT,
+								"input has %lld tokens, the model takes at most %d",
+								(long long) n, s->enc_ctx);
+	}
+	if (st == OPUS_OK && s->n_emb == s->cap_emb)
+	{
+		int			cap = s->cap_emb ? 2 * s->cap_emb : 16;
+		struct pending_embed *p = realloc(s->emb, sizeof(*p) * (size_t) cap);
+
+		if (!p)
+			st = opus_error_set(&err, OPUS_ERR_NOMEM, "out of memory queueing an embedding");
+		else
+		{
+			s->emb = p;
+			s->cap_emb = cap;
+		}
+	}
+	if (st != OPUS_OK)
+	{
+		free(toks);
+		send_error_done(s, id, &err);
+		return;
+	}
+	s->emb[s->n_emb++] = (struct pending_embed) {
+		id, toks, (int32_t) n, (m->n_items & OPUS_PROTO_EMBED_NORMALIZE) != 0, t0
+	};
+}
+
+/* Encode every queued EMBED request and answer each (EMBEDDING, DONE). */
+static void
+flush_embeds(struct serve *s)
+{
+	struct opus_embed_item *items;
+	int		   *which;
+	float	   *vecs;
+	uint8_t    *bytes;
+	size_t		E = (size_t) s->n_embd;
+
+	if (s->n_emb == 0)
+		return;
+	items = malloc(sizeof(*items) * (size_t) s->n_emb);
+	which = malloc(sizeof(int) * (size_t) s->n_emb);
+	vecs = malloc(sizeof(float) * E * (size_t) s->n_emb);
+	bytes = malloc(4 * E);
+	for (int pass = 0; pass < 2; pass++)
+	{
+		bool		normalize = pass == 0;
+		struct opus_error err = {0};
+		enum opus_status st = OPUS_OK;
+		int			n = 0;
+
+		for (int i = 0; i < s->n_emb; i++)
+		{
+			if (s->emb[i].normalize != normalize)
+				continue;
+			if (items && which && vecs)
+				items[n] = (struct opus_embed_item) {
+					s->emb[i].toks, s->emb[i].n, vecs + E * (size_t) n
+				};
+			if (which)
+				which[n] = i;
+			n++;
+		}
+		if (n == 0)
+			continue;
+		if (!items || !which || !vecs || !bytes)
+			st = opus_error_set(&err, OPUS_ERR_NOMEM, "out of memory encoding embeddings");
+		else
+			st = opus_encode(s->enc, items, n, normalize, &err);
+		for (int k = 0; k < n; k++)
+		{
+			struct pending_embed *pe;
+			struct opus_proto_done d;
+
+			if (!which)
+			{
+				/* no index: answer the whole queue with the error */
+				for (int i = 0; i < s->n_emb; i++)
+					if (s->emb[i].normalize == normalize)
+						send_error_done(s, s->emb[i].id, &err);
+				break;
+			}
+			pe = &s->emb[which[k]];
+			if (st != OPUS_OK)
+			{
+				send_error_done(s, pe->id, &err);
+				continue;
+			}
+			for (size_t j = 0; j < E; j++)
+			{
+				uint32_t	u;
+
+				memcpy(&u, &vecs[E * (size_t) k + j], sizeof(u));
+				opus_proto_put_u32(bytes + 4 * j, u);
+			}
+			send_bytes_frame(s, OPUS_MSG_EMBEDDING, pe->id, bytes, 4 * E);
+			memset(&d, 0, sizeof(d));
+			d.finish = OPUS_PROTO_FINISH_STOP;
+			d.n_prompt = pe->n;
+			d.total_ms = now_ms() - pe->t0;
+			send_done(s, pe->id, &d);
+		}
+	}
+	for (int i = 0; i < s->n_emb; i++)
+		free(s->emb[i].toks);
+	s->n_emb = 0;
+	free(items);
+	free(which);
+	free(vecs);
+	free(bytes);
+}
+
 static void
 handle_generate(struct serve *s, uint64_t id, const struct opus_proto_submit *m)
 {
@@ -724,6 +885,13 @@ handle_generate(struct serve *s, uint64_t id, const struct opus_proto_submit *m)
 	int64_t		n = 0;
 	enum opus_status st;
 
+	if (s->enc)
+	{
+		opus_error_set(&err, OPUS_ERR_UNSUPPORTED,
+					   "the model is an embedding model: it does not generate text");
+		send_error_done(s, id, &err);
+		return;
+	}
 	if (m->kind == OPUS_KIND_CHAT)
 	{
 		char	   *text = NULL;
@@ -822,6 +990,8 @@ handle_frame(struct serve *s, const struct opus_proto_header *h, const uint8_t *
 					handle_tokenize(s, h->id, &m);
 				else if (m.kind == OPUS_KIND_DETOKENIZE)
 					handle_detokenize(s, h->id, &m);
+				else if (m.kind == OPUS_KIND_EMBED)
+					handle_embed(s, h->id, &m);
 				else
 					handle_generate(s, h->id, &m);
 				return true;
@@ -830,7 +1000,8 @@ handle_frame(struct serve *s, const struct opus_proto_header *h, const uint8_t *
 			if (!opus_proto_parse_empty(h->length, &why))
 				break;
 			/* Unknown ids are fine: the request may have just finished. */
-			(void) opus_sched_cancel(s->sched, h->id);
+			if (s->sched)
+				(void) opus_sched_cancel(s->sched, h->id);
 			return true;
 		case OPUS_MSG_PING:
 			if (!opus_proto_parse_empty(h->length, &why))
@@ -941,7 +1112,7 @@ send_experts_if_changed(struct serve *s)
 {
 	int32_t		n_layer = 0;
 	int32_t		n_expert = 0;
-	const uint64_t *counts = opus_ctx_expert_load(s->ctx, &n_layer, &n_expert);
+	const uint64_t *counts = s->ctx ? opus_ctx_expert_load(s->ctx, &n_layer, &n_expert) : NULL;
 	size_t		n;
 	uint8_t    *p;
 	struct opus_proto_writer w;
@@ -975,9 +1146,11 @@ send_stats_if_changed(struct serve *s)
 	uint8_t    *p;
 	struct opus_proto_writer w;
 
-	opus_sched_get_stats(s->sched, &st);
+	memset(&st, 0, sizeof(st));
+	if (s->sched)
+		opus_sched_get_stats(s->sched, &st);
 	memset(&m, 0, sizeof(m));
-	m.n_active = opus_sched_n_active(s->sched);
+	m.n_active = s->sched ? opus_sched_n_active(s->sched) : 0;
 	m.n_queued = st.n_queued;
 	m.n_running = st.n_running;
 	m.batch_size = st.batch_size;
@@ -1066,6 +1239,58 @@ map_kv_arena(struct serve *s, struct opus_ctx_params *cp)
 	cp->kv_memory_size = (size_t) st.st_size;
 }
 
+/* READY's model fields. */
+static void
+fill_ready(struct opus_proto_ready *ready, const struct opus_hparams *hp,
+		   int32_t n_ctx, int64_t kv_tokens, const char *chat_template)
+{
+	const struct opus_qtype_info *qi;
+
+	memset(ready, 0, sizeof(*ready));
+	ready->magic = OPUS_PROTO_MAGIC;
+	ready->version = OPUS_PROTO_VERSION;
+	ready->n_params = hp->n_params;
+	ready->n_ctx = n_ctx;
+	ready->n_ctx_train = hp->n_ctx_train;
+	ready->n_vocab = hp->n_vocab;
+	ready->n_layer = hp->n_layer;
+	ready->n_embd = hp->n_embd;
+	ready->n_head = hp->n_head;
+	ready->n_head_kv = hp->n_head_kv;
+	ready->pid = (int32_t) getpid();
+	ready->kv_tokens = kv_tokens;
+	snprintf(ready->name, sizeof(ready->name), "%s", hp->name);
+	snprintf(ready->arch, sizeof(ready->arch), "%s", hp->arch_name);
+	qi = opus_qtype_info((uint32_t) hp->main_type);
+	snprintf(ready->tensor_type, sizeof(ready->tensor_type), "%s", qi ? qi->name : "unknown");
+	snprintf(ready->chat_template, sizeof(ready->chat_template), "%s", chat_template);
+}
+
+/*
+ * An encoder model: no KV cache, no scheduler, no chat template; EMBED
+ * requests go through opus_encode (on the CPU).
+ */
+static enum opus_status
+serve_start_encoder(struct serve *s, const struct opus_proto_hello *hello,
+					struct opus_proto_ready *ready, const struct opus_hparams *hp,
+					struct opus_error *err)
+{
+	enum opus_status st;
+
+	st = opus_encoder_create(s->model, hello->n_threads, hello->max_batch_tokens,
+							 &s->enc, err);
+	if (st != OPUS_OK)
+		return st;
+	s->enc_ctx = hp->n_ctx_train;
+	s->n_embd = hp->n_embd;
+	if (s->enc_ctx < 1 || s->n_embd < 1)
+		return opus_error_set(err, OPUS_ERR_FORMAT, "the embedding model has no context or width");
+	fprintf(stderr, "opus_engine serve: embedding model, %d dimensions, %d tokens per input, on the cpu\n",
+			s->n_embd, s->enc_ctx);
+	fill_ready(ready, hp, s->enc_ctx, 0, "none");
+	return OPUS_OK;
+}
+
 /* Load the model and build the run state as HELLO asks. */
 static enum opus_status
 serve_start(struct serve *s, const struct opus_proto_hello *hello,
@@ -1074,7 +1299,6 @@ serve_start(struct serve *s, const struct opus_proto_hello *hello,
 	struct opus_load_params lp = {0};
 	struct opus_ctx_params cp;
 	const struct opus_hparams *hp;
-	const struct opus_qtype_info *qi;
 	const char *tmpl;
 	size_t		tmpl_len = 0;
 	size_t		b1,
@@ -1094,6 +1318,8 @@ serve_start(struct serve *s, const struct opus_proto_hello *hello,
 		return st;
 	hp = opus_model_hparams(s->model);
 	s->tok = opus_model_tokenizer(s->model);
+	if (hp->is_encoder)
+		return serve_start_encoder(s, hello, ready, hp, err);
 
 	memset(&cp, 0, sizeof(cp));
 	cp.device = device;
@@ -1156,25 +1382,8 @@ serve_start(struct serve *s, const struct opus_proto_hello *hello,
 		fprintf(stderr, "opus_engine serve: chat template: %s pattern fallback (%s)\n",
 				opus_chat_renderer_name(s->chat), opus_chat_renderer_why(s->chat));
 
-	memset(ready, 0, sizeof(*ready));
-	ready->magic = OPUS_PROTO_MAGIC;
-	ready->version = OPUS_PROTO_VERSION;
-	ready->n_params = hp->n_params;
-	ready->n_ctx = cp.n_ctx;
-	ready->n_ctx_train = hp->n_ctx_train;
-	ready->n_vocab = hp->n_vocab;
-	ready->n_layer = hp->n_layer;
-	ready->n_embd = hp->n_embd;
-	ready->n_head = hp->n_head;
-	ready->n_head_kv = hp->n_head_kv;
-	ready->pid = (int32_t) getpid();
-	ready->kv_tokens = cp.n_blocks * cp.block_size;
-	snprintf(ready->name, sizeof(ready->name), "%s", hp->name);
-	snprintf(ready->arch, sizeof(ready->arch), "%s", hp->arch_name);
-	qi = opus_qtype_info((uint32_t) hp->main_type);
-	snprintf(ready->tensor_type, sizeof(ready->tensor_type), "%s", qi ? qi->name : "unknown");
-	snprintf(ready->chat_template, sizeof(ready->chat_template), "%s",
-			 opus_chat_renderer_name(s->chat));
+	fill_ready(ready, hp, cp.n_ctx, cp.n_blocks * cp.block_size,
+			   opus_chat_renderer_name(s->chat));
 	return OPUS_OK;
 }
 
@@ -1183,6 +1392,11 @@ serve_free(struct serve *s)
 {
 	if (s->sched)
 		opus_sched_free(s->sched);
+	if (s->enc)
+		opus_encoder_free(s->enc);
+	for (int i = 0; i < s->n_emb; i++)
+		free(s->emb[i].toks);
+	free(s->emb);
 	if (s->ctx)
 		opus_ctx_free(s->ctx);
 	if (s->kv_map)
@@ -1204,7 +1418,7 @@ serve_loop(struct serve *s)
 
 	for (;;)
 	{
-		bool		active = opus_sched_n_active(s->sched) > 0;
+		bool		active = s->sched && opus_sched_n_active(s->sched) > 0;
 		struct pollfd pfd = {.fd = s->fd,.events = POLLIN};
 		int			pr = poll(&pfd, 1, active ? 0 : -1);
 
@@ -1234,7 +1448,8 @@ serve_loop(struct serve *s)
 				return s->in.n == 0 ? 0 : SERVE_EXIT_PROTOCOL;
 			}
 		}
-		if (opus_sched_n_active(s->sched) > 0)
+		flush_embeds(s);
+		if (s->sched && opus_sched_n_active(s->sched) > 0)
 		{
 			if (opus_sched_step(s->sched, &err) != OPUS_OK)
 			{
