@@ -13,7 +13,8 @@ OBJS = $(patsubst %.c,%.o,$(sort $(wildcard src/pg/*.c))) src/params.o src/proto
 	$(OPUS_PG_ENGINE_OBJS)
 # The engine's plain-C constraint converters and grammar compiler, so that a
 # bad constraint is refused before it is queued (src/pg/structured.c).
-OPUS_PG_ENGINE_OBJS = src/engine/text/json_schema.o src/engine/text/regex_gbnf.o \
+OPUS_PG_ENGINE_OBJS = src/engine/text/json_schema.o src/engine/text/json_schema_read.o \
+	src/engine/text/json_schema_emit.o src/engine/text/regex_gbnf.o \
 	src/engine/text/grammar.o src/engine/text/grammar_parse.o src/engine/base/status.o
 # Versions (docs/upgrade.md).  EXTVERSION is the control file's
 # default_version; the library is built with it (OPUS_PG_VERSION) and refuses
