@@ -11,6 +11,15 @@ new=${2:?usage: cli_args_compare.sh OLD_ENGINE NEW_ENGINE}
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 nf=/nonexistent/x.gguf
 cases=(
+	"run --help"
+	"run -h"
+	"run --model"
+	"run --bogus 1"
+	"run --bogus"
+	"run --model $nf --threads x --prompt hi"
+	"run --model $nf --prompt hi -n 2"
+	"bench --model $nf --gen-tokens -1"
+	"logits --help"
 	"quantize"
 	"quantize --help"
 	"quantize -h"
@@ -70,6 +79,19 @@ cases=(
 	"genmodel --layers 0 --shape tiny"
 	"genmodel --shape nope --type Q4_0 --out x --dry-run"
 	"genmodel --dry-run pos"
+	"genmodel --list"
+	"genmodel --list --bogus"
+	"genmodel --bogus --list"
+	"genmodel --shape --list"
+	"genmodel --seed -1 --shape tiny"
+	"genmodel --experts 0 --shape tiny --type Q8_0 --dry-run"
+	"genmodel --experts-used 99 --shape tiny-moe"
+	"genmodel --threads 0"
+	"genmodel --ctx 99999999999999999999"
+	"genmodel --shape tiny --type F16 --dry-run --embd 64 --ff 128 --vocab 300 --heads 4 --kv-heads 2 --shrink 2 --ctx 64"
+	"genmodel --shape tiny --type Q4_0"
+	"serve --fd 5 --fd x"
+	"embed --model $nf --input x --quiet --help"
 )
 fail=0
 for c in "${cases[@]}"; do

@@ -24,6 +24,20 @@ opus_cli_parse_int(const char *s, long lo, long hi, int *out)
 }
 
 bool
+opus_cli_parse_i64(const char *s, long lo, long hi, int64_t *out)
+{
+	char	   *end;
+	long long	v;
+
+	errno = 0;
+	v = strtoll(s, &end, 10);
+	if (errno || end == s || *end != '\0' || v < lo || v > hi)
+		return false;
+	*out = v;
+	return true;
+}
+
+bool
 opus_cli_parse_float(const char *s, float *out)
 {
 	char	   *end;
@@ -97,9 +111,11 @@ opus_cli_parse_spec(const struct opus_cli_spec *sp, int argc, char **argv)
 				return usage_error(sp, OPUS_CLI_ERR_UNKNOWN, a, NULL);
 			continue;
 		}
-		if (o && o->kind == OPUS_CLI_FLAG)
+		if (o && (o->kind == OPUS_CLI_FLAG || o->kind == OPUS_CLI_STOP))
 		{
 			*(bool *) o->out = true;
+			if (o->kind == OPUS_CLI_STOP)
+				return -1;
 			continue;
 		}
 		if (!v)
@@ -120,10 +136,14 @@ opus_cli_parse_spec(const struct opus_cli_spec *sp, int argc, char **argv)
 			case OPUS_CLI_U64:
 				ok = opus_cli_parse_u64(v, (uint64_t *) o->out);
 				break;
+			case OPUS_CLI_I64:
+				ok = opus_cli_parse_i64(v, o->lo, o->hi, (int64_t *) o->out);
+				break;
 			case OPUS_CLI_FN:
 				ok = o->parse(v);
 				break;
 			case OPUS_CLI_FLAG:
+			case OPUS_CLI_STOP:
 				break;
 		}
 		if (!ok)

@@ -21,6 +21,8 @@ enum opus_cli_kind
 	OPUS_CLI_INT,				/* int *: an integer in [lo, hi] */
 	OPUS_CLI_FLOAT,				/* float *: a finite number */
 	OPUS_CLI_U64,				/* uint64_t *: a non-negative integer */
+	OPUS_CLI_I64,				/* int64_t *: an integer in [lo, hi] */
+	OPUS_CLI_STOP,				/* bool *: set to true, parsing stops (an action) */
 	OPUS_CLI_FN					/* parse(value): false when invalid */
 };
 
@@ -31,7 +33,7 @@ struct opus_cli_opt
 	enum opus_cli_kind kind;
 	void	   *out;
 	long		lo,
-				hi;				/* OPUS_CLI_INT */
+				hi;				/* OPUS_CLI_INT, OPUS_CLI_I64 */
 	bool		(*parse) (const char *value);	/* OPUS_CLI_FN */
 };
 
@@ -78,6 +80,7 @@ int			opus_cli_parse_spec(const struct opus_cli_spec *spec, int argc, char **arg
 /* Value parsers, also for the subcommands' own checks. */
 bool		opus_cli_parse_int(const char *s, long lo, long hi, int *out);
 bool		opus_cli_parse_float(const char *s, float *out);
+bool		opus_cli_parse_i64(const char *s, long lo, long hi, int64_t *out);
 bool		opus_cli_parse_u64(const char *s, uint64_t *out);
 
 #endif							/* OPUS_CLI_ARGS_H */

@@ -65,6 +65,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cli/args.h"
 #include "cli/cli.h"
 #include "format/gguf.h"
 #include "format/quantize.h"
@@ -509,22 +510,6 @@ done:
 
 /* ---- command line ---- */
 
-static bool
-parse_i64(const char *s, int64_t lo, int64_t hi, int64_t *out)
-{
-	char	   *end;
-	long long	v;
-
-	if (s == NULL || *s == '\0')
-		return false;
-	errno = 0;
-	v = strtoll(s, &end, 10);
-	if (errno != 0 || *end != '\0' || v < lo || v > hi)
-		return false;
-	*out = v;
-	return true;
-}
-
 static enum opus_status
 check_shape(const struct shape *sh, enum opus_qtype type, struct opus_error *err)
 {
@@ -550,6 +535,28 @@ check_shape(const struct shape *sh, enum opus_qtype type, struct opus_error *err
 	/* F16 is the last fallback: rows must hold whole F16 elements at least */
 	(void) type;
 	return OPUS_OK;
+}
+
+static void
+usage_stdout(void)
+{
+	usage(stdout);
+}
+
+static int
+on_error(enum opus_cli_err e, const char *opt, const char *value)
+{
+	if (e == OPUS_CLI_ERR_BAD)
+	{
+		fprintf(stderr, "genmodel: bad value \"%s\" for %s\n", value, opt);
+		return 2;
+	}
+	if (e == OPUS_CLI_ERR_MISSING)
+		fprintf(stderr, "genmodel: %s needs a value\n", opt);
+	else
+		fprintf(stderr, "genmodel: unknown option \"%s\"\n", opt);
+	usage(stderr);
+	return 2;
 }
 
 int
@@ -582,103 +589,46 @@ opus_cli_genmodel(int argc, char **argv)
 	unsigned long long total = 0,
 				n_params = 0;
 	int			rc = 1;
+	bool		list = false;
+	const long	big = 1L << 24;
+	const struct opus_cli_opt opts[] = {
+		{"--list", NULL, OPUS_CLI_STOP, &list, 0, 0, NULL},
+		{"--dry-run", NULL, OPUS_CLI_FLAG, &dry, 0, 0, NULL},
+		{"--no-rope-freqs", NULL, OPUS_CLI_FLAG, &no_rope_freqs, 0, 0, NULL},
+		{"--shape", NULL, OPUS_CLI_STR, &shape_name, 0, 0, NULL},
+		{"--type", NULL, OPUS_CLI_STR, &type_name, 0, 0, NULL},
+		{"--out", NULL, OPUS_CLI_STR, &out, 0, 0, NULL},
+		{"--seed", NULL, OPUS_CLI_I64, &seed, 0, INT64_MAX, NULL},
+		{"--threads", NULL, OPUS_CLI_I64, &threads, 1, OPUS_MAX_THREADS, NULL},
+		{"--shrink", NULL, OPUS_CLI_I64, &shrink, 1, big, NULL},
+		{"--layers", NULL, OPUS_CLI_I64, &ov_layers, 1, big, NULL},
+		{"--embd", NULL, OPUS_CLI_I64, &ov_embd, 1, big, NULL},
+		{"--ff", NULL, OPUS_CLI_I64, &ov_ff, 1, big, NULL},
+		{"--vocab", NULL, OPUS_CLI_I64, &ov_vocab, 1, big, NULL},
+		{"--heads", NULL, OPUS_CLI_I64, &ov_heads, 1, big, NULL},
+		{"--kv-heads", NULL, OPUS_CLI_I64, &ov_kv, 1, big, NULL},
+		{"--experts", NULL, OPUS_CLI_I64, &ov_exp, 0, OPUS_MOE_MAX_EXPERTS, NULL},
+		{"--experts-used", NULL, OPUS_CLI_I64, &ov_used, 1, OPUS_MOE_MAX_USED, NULL},
+		{"--ctx", NULL, OPUS_CLI_I64, &ov_ctx, 1, big, NULL},
+		OPUS_CLI_END
+	};
+	const struct opus_cli_spec spec = {
+		.cmd = "genmodel",.opts = opts,.usage = usage_stdout,.on_error = on_error
+	};
 
-	for (int i = 1; i < argc; i++)
+	if ((rc = opus_cli_parse_spec(&spec, argc, argv)) >= 0)
+		return rc;
+	rc = 1;
+	if (list)
 	{
-		const char *a = argv[i];
-		const char *val = i + 1 < argc ? argv[i + 1] : NULL;
-		int64_t    *dst = NULL;
-		int64_t		lo = 1,
-					hi = (int64_t) 1 << 24;
-
-		if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0)
-		{
-			usage(stdout);
-			return 0;
-		}
-		if (strcmp(a, "--list") == 0)
-		{
-			for (size_t s = 0; s < N_SHAPES; s++)
-				printf("%-13s %-22s n_embd %lld, %lld layers, %lld/%lld heads, n_ff %lld, "
-					   "vocab %lld%s\n", shapes[s].name, shapes[s].desc,
-					   (long long) shapes[s].n_embd, (long long) shapes[s].n_layer,
-					   (long long) shapes[s].n_head, (long long) shapes[s].n_head_kv,
-					   (long long) shapes[s].n_ff, (long long) shapes[s].n_vocab,
-					   shapes[s].n_expert ? ", experts" : "");
-			return 0;
-		}
-		if (strcmp(a, "--dry-run") == 0)
-		{
-			dry = true;
-			continue;
-		}
-		if (strcmp(a, "--no-rope-freqs") == 0)
-		{
-			no_rope_freqs = true;
-			continue;
-		}
-		if (val == NULL)
-		{
-			fprintf(stderr, "genmodel: %s needs a value\n", a);
-			usage(stderr);
-			return 2;
-		}
-		i++;
-		if (strcmp(a, "--shape") == 0)
-			shape_name = val;
-		else if (strcmp(a, "--type") == 0)
-			type_name = val;
-		else if (strcmp(a, "--out") == 0)
-			out = val;
-		else if (strcmp(a, "--seed") == 0)
-		{
-			dst = &seed;
-			lo = 0;
-			hi = INT64_MAX;
-		}
-		else if (strcmp(a, "--threads") == 0)
-		{
-			dst = &threads;
-			hi = OPUS_MAX_THREADS;
-		}
-		else if (strcmp(a, "--shrink") == 0)
-			dst = &shrink;
-		else if (strcmp(a, "--layers") == 0)
-			dst = &ov_layers;
-		else if (strcmp(a, "--embd") == 0)
-			dst = &ov_embd;
-		else if (strcmp(a, "--ff") == 0)
-			dst = &ov_ff;
-		else if (strcmp(a, "--vocab") == 0)
-			dst = &ov_vocab;
-		else if (strcmp(a, "--heads") == 0)
-			dst = &ov_heads;
-		else if (strcmp(a, "--kv-heads") == 0)
-			dst = &ov_kv;
-		else if (strcmp(a, "--experts") == 0)
-		{
-			dst = &ov_exp;
-			lo = 0;
-			hi = OPUS_MOE_MAX_EXPERTS;
-		}
-		else if (strcmp(a, "--experts-used") == 0)
-		{
-			dst = &ov_used;
-			hi = OPUS_MOE_MAX_USED;
-		}
-		else if (strcmp(a, "--ctx") == 0)
-			dst = &ov_ctx;
-		else
-		{
-			fprintf(stderr, "genmodel: unknown option \"%s\"\n", a);
-			usage(stderr);
-			return 2;
-		}
-		if (dst != NULL && !parse_i64(val, lo, hi, dst))
-		{
-			fprintf(stderr, "genmodel: bad value \"%s\" for %s\n", val, a);
-			return 2;
-		}
+		for (size_t s = 0; s < N_SHAPES; s++)
+			printf("%-13s %-22s n_embd %lld, %lld layers, %lld/%lld heads, n_ff %lld, "
+				   "vocab %lld%s\n", shapes[s].name, shapes[s].desc,
+				   (long long) shapes[s].n_embd, (long long) shapes[s].n_layer,
+				   (long long) shapes[s].n_head, (long long) shapes[s].n_head_kv,
+				   (long long) shapes[s].n_ff, (long long) shapes[s].n_vocab,
+				   shapes[s].n_expert ? ", experts" : "");
+		return 0;
 	}
 	if (shape_name == NULL || type_name == NULL || (out == NULL && !dry))
 	{
