@@ -52,6 +52,43 @@ SELECT try($$SELECT opus_constraint_grammar(grammar => 'root ::= root "a" | "b"'
 SELECT try($$SELECT opus_constraint_grammar(grammar => 'root ::= ""')$$);
 SELECT try($$SELECT opus_constraint_grammar(grammar => 'root ::= x')$$);
 
+-- The constraint as arguments of opus_generate and opus_chat (greedy, the
+-- default model): the output matches it.
+SELECT g ~ '^[A-Z]{2}-[0-9]{3}$' AS matches_regex
+FROM (SELECT opus_generate('Your ticket number is', max_tokens => 16, temperature => 0,
+    regex => '[A-Z]{2}-\d{3}') AS g) s;
+SELECT g IN ('yes', 'no', 'maybe') AS is_a_choice
+FROM (SELECT opus_generate('Is the sky blue? Answer:', max_tokens => 8, temperature => 0,
+    choices => ARRAY['yes', 'no', 'maybe']) AS g) s;
+SELECT g ~ '^(red|green|blue)!$' AS matches_grammar
+FROM (SELECT opus_generate('My favourite colour is', max_tokens => 8, temperature => 0,
+    grammar => E'root ::= colour "!"\ncolour ::= "red" | "green" | "blue"') AS g) s;
+SELECT jsonb_typeof(j) AS type, jsonb_typeof(j->'name') AS name_type, jsonb_typeof(j->'age') AS age_type,
+       (j->>'age')::int BETWEEN 0 AND 150 AS age_in_range,
+       (SELECT array_agg(k ORDER BY k) FROM jsonb_object_keys(j) k) AS keys
+FROM (SELECT opus_generate('Alice is 30 years old. As JSON:', max_tokens => 64, temperature => 0,
+    response_format => '{"type": "json_schema", "json_schema": {"name": "person", "schema": {"type": "object", "properties": {"name": {"type": "string", "maxLength": 20}, "age": {"type": "integer", "minimum": 0, "maximum": 150}}, "required": ["name", "age"], "additionalProperties": false}}}')::jsonb AS j) s;
+SELECT jsonb_typeof(opus_generate('A JSON object:', max_tokens => 64, temperature => 0,
+    response_format => '{"type": "json_object"}')::jsonb) AS json_object;
+SELECT c IN ('positive', 'negative') AS chat_is_a_choice
+FROM (SELECT opus_chat('[{"role": "user", "content": "I love it! Positive or negative?"}]', max_tokens => 8,
+    temperature => 0, choices => ARRAY['positive', 'negative']) AS c) s;
+SELECT c ~ '^[0-9]{1,3}$' AS chat_matches_regex
+FROM (SELECT opus_chat('[{"role": "user", "content": "How many legs does a spider have?"}]', max_tokens => 8,
+    temperature => 0, regex => '[0-9]{1,3}') AS c) s;
+-- {"type": "text"} and all NULL: no constraint.
+SELECT length(opus_generate('Hello', max_tokens => 4, temperature => 0,
+    response_format => '{"type": "text"}')) > 0 AS text_unconstrained;
+-- Two kinds at once, a bad grammar (line:col), a bad regex, bad choices,
+-- an unsupported schema keyword: refused before anything is queued.
+SELECT try($$SELECT opus_generate('x', regex => 'a', choices => ARRAY['a'])$$);
+SELECT try($$SELECT opus_chat('[{"role": "user", "content": "x"}]', grammar => 'root ::= "a"', response_format => '{"type": "json_object"}')$$);
+SELECT try($$SELECT opus_generate('x', grammar => E'root ::= "a" (\n')$$);
+SELECT try($$SELECT opus_chat('[{"role": "user", "content": "x"}]', grammar => 'root ::= x')$$);
+SELECT try($$SELECT opus_generate('x', regex => 'a(b')$$);
+SELECT try($$SELECT opus_chat('[{"role": "user", "content": "x"}]', choices => ARRAY['a', 'a'])$$);
+SELECT try($$SELECT opus_generate('x', response_format => '{"type": "json_schema", "json_schema": {"schema": {"not": {}}}}')$$);
+
 -- opus_classify: the output held to the labels (greedy), into text or an enum.
 SELECT opus_classify('I love this product, it works great!', ARRAY['positive', 'negative']) IN ('positive', 'negative') AS is_a_label;
 CREATE TYPE structured_mood AS ENUM ('happy', 'sad', 'angry');

@@ -16,6 +16,7 @@ const struct opus_param opus_params[OPUS_P__COUNT] = {
 	OPUS_PARAMS_TEXTS(OPUS_PARAM_ROW)
 	OPUS_PARAMS_ROUTING(OPUS_PARAM_ROW)
 	OPUS_PARAMS_CHAT(OPUS_PARAM_ROW)
+	OPUS_PARAMS_CONSTRAINT(OPUS_PARAM_ROW)
 #undef OPUS_PARAM_ROW
 #define OPUS_PARAM_ROW(name_, kind_, lo_, lo_end_, hi_, hi_end_, dflt_, null_means_, zero_, doc_) \
 	[OPUS_P_##name_] = {#name_, kind_, lo_, lo_end_, hi_, hi_end_, dflt_, null_means_, zero_, doc_, false},

@@ -32,6 +32,10 @@
  *              OPUS_PARAM_BOOL   SQL boolean
  *              OPUS_PARAM_JSON   SQL jsonb (checked where it is used; no
  *                                bounds)
+ *              OPUS_PARAM_TEXT   SQL text (checked where it is used; no
+ *                                bounds)
+ *              OPUS_PARAM_CHOICES SQL text[] (checked where it is used; not
+ *                                the stop strings' count and length bounds)
  *   lo, hi     the bounds; lo_end / hi_end: OPUS_PARAM_CLOSED (the bound is
  *              allowed), OPUS_PARAM_OPEN (it is not), OPUS_PARAM_NONE
  *              (no bound on that side)
@@ -105,6 +109,21 @@
 	X(tools, OPUS_PARAM_JSON, 0, OPUS_PARAM_NONE, 0, OPUS_PARAM_NONE, \
 	  0, "no tools", NULL, "a JSON array of OpenAI-style tool definitions (`{\"type\": \"function\", \"function\": {\"name\": ...}}`); chat functions only")
 
+/*
+ * The output constraint (docs/structured-output.md): at most one of the
+ * four, turned into one GBNF grammar by the backend (src/pg/structured.c,
+ * OpusConstraintGrammar) and carried in the SUBMIT frame's grammar block.
+ */
+#define OPUS_PARAMS_CONSTRAINT(X) \
+	X(response_format, OPUS_PARAM_JSON, 0, OPUS_PARAM_NONE, 0, OPUS_PARAM_NONE, \
+	  0, "no constraint", NULL, "`{\"type\": \"json_object\"}` or `{\"type\": \"json_schema\", \"json_schema\": {\"schema\": ...}}`: the output is JSON (valid under the schema); at most one of the four constraints") \
+	X(grammar, OPUS_PARAM_TEXT, 0, OPUS_PARAM_NONE, 0, OPUS_PARAM_NONE, \
+	  0, "no constraint", NULL, "a GBNF grammar (llama.cpp dialect, start rule `root`) the output matches") \
+	X(regex, OPUS_PARAM_TEXT, 0, OPUS_PARAM_NONE, 0, OPUS_PARAM_NONE, \
+	  0, "no constraint", NULL, "a regular expression the whole output matches") \
+	X(choices, OPUS_PARAM_CHOICES, 0, OPUS_PARAM_NONE, 0, OPUS_PARAM_NONE, \
+	  0, "no constraint", NULL, "the output is exactly one of these strings (up to 4096)")
+
 /* Request fields that are not SQL arguments: they come from the session. */
 #define OPUS_PARAMS_SESSION(X) \
 	X(priority, OPUS_PARAM_INT, 0, OPUS_PARAM_CLOSED, OPUS_PARAM_MAX_PRIORITY, OPUS_PARAM_CLOSED, \
@@ -123,7 +142,7 @@
 /* All of them, the SQL arguments in the order of the SQL signatures. */
 #define OPUS_PARAMS(X) \
 	OPUS_PARAMS_REQUEST(X) OPUS_PARAMS_SAMPLING(X) OPUS_PARAMS_TEXTS(X) OPUS_PARAMS_ROUTING(X) \
-	OPUS_PARAMS_CHAT(X) OPUS_PARAMS_SESSION(X) OPUS_PARAMS_FLAGS(X)
+	OPUS_PARAMS_CHAT(X) OPUS_PARAMS_CONSTRAINT(X) OPUS_PARAMS_SESSION(X) OPUS_PARAMS_FLAGS(X)
 
 enum opus_param_kind
 {
@@ -133,7 +152,9 @@ enum opus_param_kind
 	OPUS_PARAM_TEXTS,
 	OPUS_PARAM_NAME,
 	OPUS_PARAM_BOOL,
-	OPUS_PARAM_JSON
+	OPUS_PARAM_JSON,
+	OPUS_PARAM_TEXT,
+	OPUS_PARAM_CHOICES
 };
 
 enum opus_param_end

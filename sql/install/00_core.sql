@@ -18,13 +18,17 @@ CREATE FUNCTION @extschema@.opus_generate(
     seed bigint DEFAULT NULL,
     stop text[] DEFAULT NULL,
     model text DEFAULT NULL,
-    fallback boolean DEFAULT NULL)
+    fallback boolean DEFAULT NULL,
+    response_format jsonb DEFAULT NULL,
+    grammar text DEFAULT NULL,
+    regex text DEFAULT NULL,
+    choices text[] DEFAULT NULL)
 RETURNS text
 AS 'MODULE_PATHNAME', 'opus_generate'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
-COMMENT ON FUNCTION @extschema@.opus_generate(text, integer, double precision, double precision, integer, double precision, double precision, double precision, double precision, bigint, text[], text, boolean)
-IS 'complete a prompt with the served model; max_tokens NULL means opus.default_max_tokens, seed NULL means random';
+COMMENT ON FUNCTION @extschema@.opus_generate(text, integer, double precision, double precision, integer, double precision, double precision, double precision, double precision, bigint, text[], text, boolean, jsonb, text, text, text[])
+IS 'complete a prompt with the served model; max_tokens NULL means opus.default_max_tokens, seed NULL means random; response_format, grammar, regex or choices (at most one) constrain the output';
 
 CREATE FUNCTION @extschema@.opus_chat(
     messages jsonb,
@@ -40,13 +44,17 @@ CREATE FUNCTION @extschema@.opus_chat(
     stop text[] DEFAULT NULL,
     model text DEFAULT NULL,
     fallback boolean DEFAULT NULL,
-    tools jsonb DEFAULT NULL)
+    tools jsonb DEFAULT NULL,
+    response_format jsonb DEFAULT NULL,
+    grammar text DEFAULT NULL,
+    regex text DEFAULT NULL,
+    choices text[] DEFAULT NULL)
 RETURNS text
 AS 'MODULE_PATHNAME', 'opus_chat'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
-COMMENT ON FUNCTION @extschema@.opus_chat(jsonb, integer, double precision, double precision, integer, double precision, double precision, double precision, double precision, bigint, text[], text, boolean, jsonb)
-IS 'answer OpenAI-style chat messages ([{"role": ..., "content": ...}]) with the model''s chat template; tools: OpenAI tool definitions for the template';
+COMMENT ON FUNCTION @extschema@.opus_chat(jsonb, integer, double precision, double precision, integer, double precision, double precision, double precision, double precision, bigint, text[], text, boolean, jsonb, jsonb, text, text, text[])
+IS 'answer OpenAI-style chat messages ([{"role": ..., "content": ...}]) with the model''s chat template; tools: OpenAI tool definitions for the template; response_format, grammar, regex or choices (at most one) constrain the output';
 
 CREATE FUNCTION @extschema@.opus_completion(
     prompt text,

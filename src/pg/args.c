@@ -25,6 +25,7 @@
 #include "utils/syscache.h"
 
 #include "opus_pg.h"
+#include "structured.h"
 
 /*
  * The argument positions (among the input arguments, as fcinfo counts them)
@@ -249,6 +250,40 @@ parse_tools(FunctionCallInfo fcinfo, int argno, OpusRequest *req)
 	req->n_messages++;
 }
 
+/* Argument id of the call when the function has it and it is not NULL, else -1. */
+static int
+given(FunctionCallInfo fcinfo, const int *pos, enum opus_param_id id)
+{
+	int			argno = pos[id];
+
+	return argno >= 0 && argno < fcinfo->nargs && !PG_ARGISNULL(argno) ? argno : -1;
+}
+
+/*
+ * The output constraint (response_format, grammar, regex, choices; at most
+ * one) as the GBNF grammar the engine enforces (src/pg/structured.c: every
+ * error is raised there, before anything is queued).  A function without
+ * these arguments leaves req->grammar as it is.
+ */
+static void
+parse_constraint(FunctionCallInfo fcinfo, const int *pos, OpusRequest *req)
+{
+	int			rf = given(fcinfo, pos, OPUS_P_response_format);
+	int			gr = given(fcinfo, pos, OPUS_P_grammar);
+	int			re = given(fcinfo, pos, OPUS_P_regex);
+	int			ch = given(fcinfo, pos, OPUS_P_choices);
+	char	   *g;
+
+	if (rf < 0 && gr < 0 && re < 0 && ch < 0)
+		return;
+	g = OpusConstraintGrammar(rf < 0 ? NULL : PG_GETARG_JSONB_P(rf),
+							  gr < 0 ? NULL : PG_GETARG_TEXT_PP(gr),
+							  re < 0 ? NULL : PG_GETARG_TEXT_PP(re),
+							  ch < 0 ? NULL : PG_GETARG_ARRAYTYPE_P(ch));
+	req->grammar = g;
+	req->grammar_len = g != NULL ? strlen(g) : 0;
+}
+
 void
 OpusParseOptions(FunctionCallInfo fcinfo, OpusRequest *req)
 {
@@ -287,6 +322,7 @@ OpusParseOptions(FunctionCallInfo fcinfo, OpusRequest *req)
 		parse_stop(fcinfo, pos[OPUS_P_stop], req);
 	if (pos[OPUS_P_tools] >= 0 && !PG_ARGISNULL(pos[OPUS_P_tools]))
 		parse_tools(fcinfo, pos[OPUS_P_tools], req);
+	parse_constraint(fcinfo, pos, req);
 }
 
 /*

@@ -40,6 +40,10 @@ sql_type(enum opus_param_kind k)
 			return "boolean";
 		case OPUS_PARAM_JSON:
 			return "jsonb";
+		case OPUS_PARAM_TEXT:
+			return "text";
+		case OPUS_PARAM_CHOICES:
+			return "text[]";
 	}
 	return "?";
 }
@@ -48,6 +52,14 @@ static const char *
 readme_type(enum opus_param_kind k)
 {
 	return k == OPUS_PARAM_FLOAT ? "float8" : sql_type(k);
+}
+
+/* Kinds whose README range column is their doc (checked where used). */
+static bool
+no_bounds(enum opus_param_kind k)
+{
+	return k == OPUS_PARAM_NAME || k == OPUS_PARAM_BOOL || k == OPUS_PARAM_JSON ||
+		k == OPUS_PARAM_TEXT || k == OPUS_PARAM_CHOICES;
 }
 
 /* The README's option table, from the parameter table. */
@@ -83,7 +95,7 @@ readme_table(char *out, size_t size)
 				APPEND(" (%s)", p->zero);
 		}
 		APPEND(" | ");
-		if (p->kind == OPUS_PARAM_NAME || p->kind == OPUS_PARAM_BOOL || p->kind == OPUS_PARAM_JSON)
+		if (no_bounds(p->kind))
 			APPEND("%s", p->doc ? p->doc : "any");
 		else if (p->kind == OPUS_PARAM_TEXTS)
 			APPEND("up to %d strings of %s .. %s bytes", OPUS_PARAM_MAX_STOP, lo, hi);
@@ -100,8 +112,7 @@ readme_table(char *out, size_t size)
 			APPEND("any");
 		if (p->zero && p->dflt != 0)
 			APPEND("; 0 = %s", p->zero);
-		if (p->doc && p->kind != OPUS_PARAM_NAME && p->kind != OPUS_PARAM_BOOL &&
-			p->kind != OPUS_PARAM_JSON)
+		if (p->doc && !no_bounds(p->kind))
 			APPEND("; %s", p->doc);
 		APPEND(" |\n");
 	}
@@ -257,6 +268,17 @@ check_sql(const char *root)
 	DIR		   *d;
 	struct dirent *de;
 	int			seen[OPUS_P__COUNT] = {0};
+	bool		fewer[OPUS_P__COUNT] = {false};
+
+	/*
+	 * Not every generation function has these: OPUS_PARAMS_CHAT only
+	 * opus_chat and opus_chat_completion; OPUS_PARAMS_CONSTRAINT so far
+	 * opus_generate and opus_chat (and opus_constraint_grammar).
+	 */
+#define FEWER(name, ...) fewer[OPUS_P_##name] = true;
+	OPUS_PARAMS_CHAT(FEWER)
+	OPUS_PARAMS_CONSTRAINT(FEWER)
+#undef FEWER
 
 	snprintf(dir, sizeof(dir), "%s/sql/install", root);
 	d = opendir(dir);
@@ -326,8 +348,7 @@ check_sql(const char *root)
 	closedir(d);
 	for (int i = 0; i < OPUS_P__COUNT; i++)
 	{
-		/* OPUS_PARAMS_CHAT: opus_chat and opus_chat_completion */
-		int			want = opus_params[i].kind == OPUS_PARAM_JSON ? 2 : 8;
+		int			want = fewer[i] ? 2 : 8;
 
 		if (opus_params[i].sql)
 			CHECK(seen[i] >= want, "%s: %d SQL DEFAULTs found, want %d",

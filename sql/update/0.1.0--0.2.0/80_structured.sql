@@ -51,3 +51,59 @@ LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
 COMMENT ON FUNCTION @extschema@.opus_extract(text, jsonb, integer, text, boolean)
 IS 'the data of the input as JSON matching the JSON Schema, its output held to the schema (greedy); 22P02 when cut at max_tokens';
+
+-- opus_generate and opus_chat gain the output constraint as arguments:
+-- response_format jsonb, grammar text, regex text, choices text[].
+DROP FUNCTION @extschema@.opus_generate(text, integer, double precision, double precision, integer, double precision, double precision, double precision, double precision, bigint, text[], text, boolean);
+DROP FUNCTION @extschema@.opus_chat(jsonb, integer, double precision, double precision, integer, double precision, double precision, double precision, double precision, bigint, text[], text, boolean, jsonb);
+
+CREATE FUNCTION @extschema@.opus_generate(
+    prompt text,
+    max_tokens integer DEFAULT NULL,
+    temperature double precision DEFAULT 1.0,
+    top_p double precision DEFAULT 1.0,
+    top_k integer DEFAULT 0,
+    min_p double precision DEFAULT 0.0,
+    presence_penalty double precision DEFAULT 0.0,
+    frequency_penalty double precision DEFAULT 0.0,
+    repetition_penalty double precision DEFAULT 1.0,
+    seed bigint DEFAULT NULL,
+    stop text[] DEFAULT NULL,
+    model text DEFAULT NULL,
+    fallback boolean DEFAULT NULL,
+    response_format jsonb DEFAULT NULL,
+    grammar text DEFAULT NULL,
+    regex text DEFAULT NULL,
+    choices text[] DEFAULT NULL)
+RETURNS text
+AS 'MODULE_PATHNAME', 'opus_generate'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.opus_generate(text, integer, double precision, double precision, integer, double precision, double precision, double precision, double precision, bigint, text[], text, boolean, jsonb, text, text, text[])
+IS 'complete a prompt with the served model; max_tokens NULL means opus.default_max_tokens, seed NULL means random; response_format, grammar, regex or choices (at most one) constrain the output';
+
+CREATE FUNCTION @extschema@.opus_chat(
+    messages jsonb,
+    max_tokens integer DEFAULT NULL,
+    temperature double precision DEFAULT 1.0,
+    top_p double precision DEFAULT 1.0,
+    top_k integer DEFAULT 0,
+    min_p double precision DEFAULT 0.0,
+    presence_penalty double precision DEFAULT 0.0,
+    frequency_penalty double precision DEFAULT 0.0,
+    repetition_penalty double precision DEFAULT 1.0,
+    seed bigint DEFAULT NULL,
+    stop text[] DEFAULT NULL,
+    model text DEFAULT NULL,
+    fallback boolean DEFAULT NULL,
+    tools jsonb DEFAULT NULL,
+    response_format jsonb DEFAULT NULL,
+    grammar text DEFAULT NULL,
+    regex text DEFAULT NULL,
+    choices text[] DEFAULT NULL)
+RETURNS text
+AS 'MODULE_PATHNAME', 'opus_chat'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.opus_chat(jsonb, integer, double precision, double precision, integer, double precision, double precision, double precision, double precision, bigint, text[], text, boolean, jsonb, jsonb, text, text, text[])
+IS 'answer OpenAI-style chat messages ([{"role": ..., "content": ...}]) with the model''s chat template; tools: OpenAI tool definitions for the template; response_format, grammar, regex or choices (at most one) constrain the output';
