@@ -1,5 +1,8 @@
 /*
- * scheduler.c - the generation loop every request goes through: a priority
+ * scheduler.c - the generation loop every request goes through (this file:
+ * creation, the queue, submit, the getters and the step; events, text and
+ * stop strings in sched_text.c; admission, the prefix cache, aging and
+ * preemption in sched_admit.c; sched_int.h is what they share): a priority
  * queue, continuous batching with chunked prefill, sampling, stop checks,
  * streaming text, and preemption when the KV pool runs dry.
  *
@@ -95,144 +98,11 @@
  * opus_sched_step or opus_sched_free.  Event text is valid only during the
  * callback.
  */
-#include "runtime/scheduler.h"
+#include "runtime/sched_int.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-
-/*
- * A context's model, parameters, threads and KV pool through model.h's
- * accessors and kv.h (the prefix cache), never the context struct.
- */
-#include "base/threadpool.h"
-#include "model/kv.h"
-#include "runtime/constrain.h"
-#include "text/grammar.h"
-
-
-struct sched_req
-{
-	uint64_t	id;
-	uint64_t	arrival;		/* submit order: FIFO within a priority */
-	uint64_t	admitted;		/* admission order (preemption victims) */
-	int32_t		priority;
-	int32_t		eff_priority;	/* priority after aging (queue order, preemption) */
-	int32_t		min_priority;	/* aging floor */
-	int32_t		tenant;			/* index into s->tenants */
-	uint64_t	root;			/* parent hash of its first block (its cache scope) */
-	bool		running;		/* in s->run (else in s->queue) */
-	bool		cancelled;
-	bool		finished;		/* DONE emitted; freed at the end of the step */
-	bool		ever_admitted;
-	bool		have_token;
-
-	int32_t    *tokens;			/* [n_prompt + max_tokens] prompt, generated */
-	int32_t		n_prompt;
-	int32_t		n_tokens;
-	int32_t		max_tokens;
-	int32_t		n_cached;		/* prompt tokens from the prefix cache */
-	int32_t		n_charged;		/* positions its tenant was charged for computing */
-	struct opus_seq seq;
-	uint64_t   *hashes;			/* chain hashes of full token blocks [0, n_hashed) */
-	int32_t		n_hashed;
-	int32_t		n_published;	/* seq blocks [0, n_published) are in the prefix cache */
-	struct opus_sampler *sampler;
-	bool		ignore_eos;
-	opus_grammar *grammar;		/* a cache reference, or NULL */
-	opus_grammar_state *gstate;
-	uint32_t   *gmask;			/* this step's allowed tokens */
-
-	int			n_stop;
-	char	   *stop[OPUS_MAX_STOP];	/* into stop_buf */
-	int			stop_len[OPUS_MAX_STOP];
-	char	   *stop_buf;
-
-	struct opus_utf8_stream utf8;
-	char	   *text;			/* generated text not emitted yet */
-	int32_t		n_text;
-	int32_t		cap_text;
-	int32_t		n_text_tokens;	/* tokens since the last TEXT event */
-
-	double		t_submit;		/* ms, CLOCK_MONOTONIC */
-	double		t_queued;		/* last (re)entry into the queue */
-	double		t_admit;
-	double		t_first;
-
-	float	   *logits;			/* this step's row, or NULL */
-};
-
-struct opus_sched
-{
-	struct opus_ctx *ctx;
-	const struct opus_tokenizer *tok;
-	int32_t		n_vocab;
-	int32_t		block_size;
-	int32_t		n_ctx;
-	int32_t		max_batch;
-	int64_t		n_blocks;
-	uint64_t	root_hash;		/* parent hash of every first block */
-	double		aging_ms;		/* waiting time per class of promotion, 0 = off */
-	double		starve_ms;		/* queue wait after which nobody overtakes, 0 = never */
-	double		step_target_ms; /* prefill bound while decoding, 0 = off */
-	double		ms_per_token;	/* measured step cost per token (EWMA), 0 = unknown */
-	opus_event_fn cb;
-	void	   *user;
-
-	struct sched_req **queue;	/* sorted by (priority, arrival) */
-	int			n_queue;
-	int			cap_queue;
-	struct sched_req **run;		/* admission order */
-	int			n_run;
-	int			cap_run;
-	uint64_t	next_arrival;
-	uint64_t	next_admit;
-
-	/* per-step scratch */
-	int32_t    *match;			/* [blocks_for(n_ctx)] prefix-cache lookup result */
-	struct opus_batch_item *items;	/* [max_batch] */
-	struct sched_req **item_req;	/* [max_batch] */
-	float	   *logits;			/* [cap_logit_rows][n_vocab] */
-	int			cap_logit_rows;
-	char	   *piece;			/* token piece */
-	int			cap_piece;
-	char	   *utf8_out;		/* cap_piece + 8 */
-
-	struct opus_constrain *cons;	/* grammar vocabulary, built at the first grammar */
-	struct sched_req **greqs;	/* [max_batch] this step's constrained rows */
-
-	struct sched_tenant *tenants;	/* never shrinks; one per tenant id seen */
-	int			n_tenants;
-	int			cap_tenants;
-
-	struct opus_sched_stats stats;
-};
-
-/* A fair-share tenant: its virtual token counter. */
-struct sched_tenant
-{
-	uint32_t	id;
-	uint32_t	weight;
-	double		vtc;			/* service / weight, in virtual tokens */
-	int32_t		n_live;			/* requests queued or running */
-	double		t_idle;			/* when n_live last became 0 */
-};
-
-static double
-now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double) ts.tv_sec * 1e3 + (double) ts.tv_nsec / 1e6;
-}
-
-static int64_t
-blocks_for(const struct opus_sched *s, int64_t n_pos)
-{
-	return (n_pos + s->block_size - 1) / s->block_size;
-}
 
 /* ---- creation ---- */
 
@@ -341,8 +211,8 @@ grow_ptrs(struct sched_req ***arr, int *cap, int need)
 	return true;
 }
 
-static double
-tenant_vtc(const struct opus_sched *s, const struct sched_req *r)
+double
+sched_tenant_vtc(const struct opus_sched *s, const struct sched_req *r)
 {
 	return s->tenants[r->tenant].vtc;
 }
@@ -357,16 +227,16 @@ queue_before(const struct opus_sched *s, const struct sched_req *a,
 
 	if (a->eff_priority != b->eff_priority)
 		return a->eff_priority < b->eff_priority;
-	va = tenant_vtc(s, a);
-	vb = tenant_vtc(s, b);
+	va = sched_tenant_vtc(s, a);
+	vb = sched_tenant_vtc(s, b);
 	if (va != vb)
 		return va < vb;
 	return a->arrival < b->arrival;
 }
 
 /* Insert into the queue in queue order.  Capacity must be there. */
-static void
-queue_insert(struct opus_sched *s, struct sched_req *r)
+void
+sched_queue_insert(struct opus_sched *s, struct sched_req *r)
 {
 	int			i = s->n_queue;
 
@@ -604,7 +474,7 @@ opus_sched_submit(struct opus_sched *s, uint64_t id, const int32_t *prompt,
 	}
 	r->t_submit = now_ms();
 	r->t_queued = r->t_submit;
-	queue_insert(s, r);
+	sched_queue_insert(s, r);
 	return OPUS_OK;
 }
 
@@ -681,319 +551,6 @@ opus_sched_get_request(const struct opus_sched *s, uint64_t id,
 	return true;
 }
 
-/* ---- events ---- */
-
-static void
-emit_done(struct opus_sched *s, struct sched_req *r, enum opus_finish finish,
-		  const struct opus_error *error)
-{
-	struct opus_event ev;
-	double		t = now_ms();
-
-	memset(&ev, 0, sizeof(ev));
-	ev.kind = OPUS_EV_DONE;
-	ev.id = r->id;
-	ev.finish = finish;
-	ev.n_prompt = r->n_prompt;
-	ev.n_completion = r->n_tokens - r->n_prompt;
-	ev.n_cached = r->n_cached;
-	ev.queue_ms = (r->ever_admitted ? r->t_admit : t) - r->t_submit;
-	ev.ttft_ms = r->have_token ? r->t_first - r->t_submit : 0.0;
-	ev.total_ms = t - r->t_submit;
-	if (error)
-		ev.error = *error;
-	r->finished = true;
-	s->cb(s->user, &ev);
-}
-
-/* Emit the first n bytes of the held text (if any) and drop them. */
-static void
-emit_text(struct opus_sched *s, struct sched_req *r, int32_t n)
-{
-	struct opus_event ev;
-
-	if (n <= 0)
-		return;
-	memset(&ev, 0, sizeof(ev));
-	ev.kind = OPUS_EV_TEXT;
-	ev.id = r->id;
-	ev.text = r->text;
-	ev.text_len = n;
-	ev.n_tokens = r->n_text_tokens;
-	r->n_text_tokens = 0;
-	s->cb(s->user, &ev);
-	memmove(r->text, r->text + n, (size_t) (r->n_text - n));
-	r->n_text -= n;
-}
-
-/* ---- text ---- */
-
-static bool
-text_reserve(struct sched_req *r, int64_t extra)
-{
-	int64_t		need = (int64_t) r->n_text + extra;
-	int64_t		cap;
-	char	   *t;
-
-	if (need <= r->cap_text)
-		return true;
-	if (need > INT32_MAX / 2)
-		return false;
-	cap = r->cap_text > 0 ? r->cap_text : 64;
-	while (cap < need)
-		cap *= 2;
-	t = realloc(r->text, (size_t) cap);
-	if (!t)
-		return false;
-	r->text = t;
-	r->cap_text = (int32_t) cap;
-	return true;
-}
-
-/*
- * Length of the valid UTF-8 sequence at b[0..n), or -(length of its maximal
- * valid prefix, at least 1) if it is invalid or cut short.
- */
-static int
-utf8_seq(const uint8_t *b, int n)
-{
-	uint8_t		c = b[0];
-	int			len;
-	uint8_t		lo = 0x80,
-				hi = 0xbf;
-
-	if (c < 0x80)
-		return 1;
-	if (c >= 0xc2 && c <= 0xdf)
-		len = 2;
-	else if (c >= 0xe0 && c <= 0xef)
-	{
-		len = 3;
-		if (c == 0xe0)
-			lo = 0xa0;			/* no overlongs */
-		else if (c == 0xed)
-			hi = 0x9f;			/* no surrogates */
-	}
-	else if (c >= 0xf0 && c <= 0xf4)
-	{
-		len = 4;
-		if (c == 0xf0)
-			lo = 0x90;
-		else if (c == 0xf4)
-			hi = 0x8f;			/* <= U+10FFFF */
-	}
-	else
-		return -1;
-	for (int k = 1; k < len; k++)
-	{
-		if (k >= n || b[k] < lo || b[k] > hi)
-			return -k;
-		lo = 0x80;
-		hi = 0xbf;
-	}
-	return len;
-}
-
-/* Append bytes to the held text, each invalid UTF-8 subpart as U+FFFD. */
-static bool
-text_append(struct sched_req *r, const char *src, int n)
-{
-	const uint8_t *b = (const uint8_t *) src;
-	int			i = 0;
-
-	/* worst case: every byte becomes 3 */
-	if (!text_reserve(r, (int64_t) n * 3))
-		return false;
-	while (i < n)
-	{
-		int			l = utf8_seq(b + i, n - i);
-
-		if (l > 0)
-		{
-			memcpy(r->text + r->n_text, b + i, (size_t) l);
-			r->n_text += l;
-			i += l;
-		}
-		else
-		{
-			memcpy(r->text + r->n_text, "\xef\xbf\xbd", 3);
-			r->n_text += 3;
-			i += -l;
-		}
-	}
-	return true;
-}
-
-/*
- * Stop strings over the held text.  Returns the offset of the earliest
- * match, or -1 with *emit_len set to how much can go out now: all but the
- * longest tail that is a proper prefix of some stop string, cut back to a
- * character boundary.  Since such tails are always held, a match can never
- * start in text already emitted.
- */
-static int32_t
-find_stop(const struct sched_req *r, int32_t *emit_len)
-{
-	int32_t		first = -1;
-	int32_t		hold = 0;
-	int32_t		emit;
-
-	*emit_len = r->n_text;
-	if (r->n_text == 0 || r->n_stop == 0)
-		return -1;
-	for (int i = 0; i < r->n_stop; i++)
-	{
-		const char *m = memmem(r->text, (size_t) r->n_text, r->stop[i],
-							   (size_t) r->stop_len[i]);
-
-		if (m && (first < 0 || m - r->text < first))
-			first = (int32_t) (m - r->text);
-	}
-	if (first >= 0)
-		return first;
-	for (int i = 0; i < r->n_stop; i++)
-	{
-		int32_t		k = r->stop_len[i] - 1;
-
-		if (k > r->n_text)
-			k = r->n_text;
-		for (; k > hold; k--)
-		{
-			if (memcmp(r->text + r->n_text - k, r->stop[i], (size_t) k) == 0)
-			{
-				hold = k;
-				break;
-			}
-		}
-	}
-	emit = r->n_text - hold;
-	while (emit > 0 && emit < r->n_text && ((uint8_t) r->text[emit] & 0xc0) == 0x80)
-		emit--;
-	*emit_len = emit;
-	return -1;
-}
-
-/* The piece of tok into s->piece (grown as needed); its length. */
-static int
-token_piece(struct opus_sched *s, int32_t tok)
-{
-	int			n = opus_tokenizer_piece(s->tok, tok, false, s->piece, s->cap_piece);
-
-	if (n > s->cap_piece)
-	{
-		char	   *p = realloc(s->piece, (size_t) n);
-		char	   *o = realloc(s->utf8_out, (size_t) n + 8);
-
-		if (p)
-			s->piece = p;
-		if (o)
-			s->utf8_out = o;
-		if (!p || !o)
-			return 0;
-		s->cap_piece = n;
-		n = opus_tokenizer_piece(s->tok, tok, false, s->piece, s->cap_piece);
-	}
-	return n < 0 ? 0 : n;
-}
-
-/* ---- finishing ---- */
-
-static void
-release_seq(struct opus_sched *s, struct sched_req *r)
-{
-	opus_seq_release(s->ctx, &r->seq);
-	r->n_published = 0;
-}
-
-/* Flush held text (up to a stop string in it) and emit DONE. */
-static void
-finish_req(struct opus_sched *s, struct sched_req *r, enum opus_finish finish)
-{
-	int			n = opus_utf8_stream_flush(&r->utf8, s->utf8_out);
-	int32_t		emit = 0;
-	int32_t		stop;
-
-	release_seq(s, r);
-	if (n > 0)
-		(void) text_append(r, s->utf8_out, n);
-	stop = find_stop(r, &emit);
-	if (stop >= 0)
-	{
-		emit = stop;
-		finish = OPUS_FINISH_STOP;
-	}
-	else
-		emit = r->n_text;
-	emit_text(s, r, emit);
-	emit_done(s, r, finish, NULL);
-}
-
-static void
-fail_req(struct opus_sched *s, struct sched_req *r, const struct opus_error *e)
-{
-	release_seq(s, r);
-	emit_done(s, r, OPUS_FINISH_ERROR, e);
-}
-
-/*
- * A new token for r: record it, run the stop checks, emit what text can go
- * out.  Finishes the request when a stop condition holds.
- */
-static void
-accept_token(struct opus_sched *s, struct sched_req *r, int32_t tok)
-{
-	int32_t		n_gen;
-	int32_t		emit = 0;
-
-	r->tokens[r->n_tokens++] = tok;
-	n_gen = r->n_tokens - r->n_prompt;
-	if (!r->have_token)
-	{
-		r->have_token = true;
-		r->t_first = now_ms();
-	}
-	if (!r->ignore_eos && opus_tokenizer_is_eog(s->tok, tok))
-	{
-		finish_req(s, r, OPUS_FINISH_STOP);
-		return;
-	}
-	r->n_text_tokens++;
-	{
-		int			n = token_piece(s, tok);
-
-		if (n > 0)
-		{
-			int			m = opus_utf8_stream_feed(&r->utf8, s->piece, n, s->utf8_out);
-
-			if (!text_append(r, s->utf8_out, m))
-			{
-				struct opus_error e;
-
-				opus_error_set(&e, OPUS_ERR_NOMEM, "out of memory for generated text");
-				fail_req(s, r, &e);
-				return;
-			}
-		}
-	}
-	{
-		int32_t		stop = find_stop(r, &emit);
-
-		if (stop >= 0)
-		{
-			release_seq(s, r);
-			emit_text(s, r, stop);
-			emit_done(s, r, OPUS_FINISH_STOP, NULL);
-			return;
-		}
-	}
-	if (n_gen >= r->max_tokens || r->n_tokens >= s->n_ctx)
-	{
-		finish_req(s, r, OPUS_FINISH_LENGTH);
-		return;
-	}
-	emit_text(s, r, emit);
-}
-
 /* ---- the step ---- */
 
 /* Drop finished requests from both lists and free them. */
@@ -1040,8 +597,8 @@ handle_cancels(struct opus_sched *s)
 
 			if (r->cancelled && !r->finished)
 			{
-				release_seq(s, r);
-				emit_done(s, r, OPUS_FINISH_CANCELLED, NULL);
+				sched_release_seq(s, r);
+				sched_emit_done(s, r, OPUS_FINISH_CANCELLED, NULL);
 				again = true;
 			}
 		}
@@ -1051,282 +608,12 @@ handle_cancels(struct opus_sched *s)
 
 			if (r->cancelled && !r->finished)
 			{
-				emit_done(s, r, OPUS_FINISH_CANCELLED, NULL);
+				sched_emit_done(s, r, OPUS_FINISH_CANCELLED, NULL);
 				again = true;
 			}
 		}
 	}
 	reap(s);
-}
-
-/* Blocks the prefills already running still need to reach their next sample. */
-static int64_t
-blocks_promised(const struct opus_sched *s)
-{
-	int64_t		n = 0;
-
-	for (int i = 0; i < s->n_run; i++)
-	{
-		const struct sched_req *r = s->run[i];
-		int64_t		want = blocks_for(s, r->n_tokens) - r->seq.n_blocks;
-
-		if (want > 0)
-			n += want;
-	}
-	return n;
-}
-
-/*
- * Positions r needs cached before its next sample, plus one for the first
- * decode after it (but never beyond what the request can ever use).
- */
-static int64_t
-admit_need(const struct opus_sched *s, const struct sched_req *r)
-{
-	int64_t		pos = (int64_t) r->n_tokens + 1;
-	int64_t		most = (int64_t) r->n_prompt + r->max_tokens - 1;
-
-	if (pos > most)
-		pos = most;
-	return blocks_for(s, pos);
-}
-
-/* Chain hashes of r's first nb full blocks (computed once, as needed). */
-static void
-hash_blocks(struct opus_sched *s, struct sched_req *r, int32_t nb)
-{
-	while (r->n_hashed < nb)
-	{
-		int32_t		i = r->n_hashed;
-		uint64_t	parent = i == 0 ? r->root : r->hashes[i - 1];
-
-		r->hashes[i] = opus_kv_hash_block(parent, r->tokens + (size_t) i * s->block_size,
-										  s->block_size);
-		r->n_hashed++;
-	}
-}
-
-/*
- * The longest run of r's leading full blocks that the prefix cache holds,
- * leaving at least r's last known token to compute, into s->match; returns
- * its length and sets *n_idle to how many of them no sequence references
- * (attaching those takes them out of the allocatable count).  Only for an
- * empty sequence.
- */
-static int32_t
-prefix_lookup(struct opus_sched *s, struct sched_req *r, int64_t *n_idle)
-{
-	const struct opus_kv *kv = opus_ctx_kv(s->ctx);
-	int32_t		max = (r->n_tokens - 1) / s->block_size;
-	int32_t		m = 0;
-
-	*n_idle = 0;
-	if (r->seq.n_pos != 0)
-		return 0;
-	hash_blocks(s, r, max);
-	for (; m < max; m++)
-	{
-		uint64_t	parent = m == 0 ? r->root : r->hashes[m - 1];
-		int32_t		id = opus_kv_cache_find(kv, r->hashes[m], parent,
-											r->tokens + (size_t) m * s->block_size);
-
-		if (id < 0)
-			break;
-		s->match[m] = id;
-		if (opus_kv_refcount(kv, id) == 0)
-			(*n_idle)++;
-	}
-	return m;
-}
-
-/*
- * Move queue[qi] to the running set, attaching the n_match cached blocks
- * in s->match to its (empty) sequence.
- */
-static void
-sched_admit(struct opus_sched *s, int qi, int32_t n_match)
-{
-	struct sched_req *r = s->queue[qi];
-	struct opus_error err;
-	int32_t		attached = 0;
-
-	memmove(s->queue + qi, s->queue + qi + 1, (size_t) (s->n_queue - qi - 1) * sizeof(*s->queue));
-	s->n_queue--;
-	/* a failed attach (out of memory) leaves a shorter, still valid prefix */
-	while (attached < n_match &&
-		   opus_seq_append_block(s->ctx, &r->seq, s->match[attached], &err) == OPUS_OK)
-		attached++;
-	r->n_published = attached;
-	r->running = true;
-	r->admitted = s->next_admit++;
-	if (!r->ever_admitted)
-	{
-		int32_t		hit = attached * s->block_size;
-
-		r->ever_admitted = true;
-		r->t_admit = now_ms();
-		r->n_cached = hit < r->n_prompt ? hit : r->n_prompt;
-		s->stats.prefix_query_tokens += r->n_prompt;
-		s->stats.prefix_hit_tokens += r->n_cached;
-	}
-	s->run[s->n_run++] = r;
-}
-
-/*
- * Publish r's blocks that have become full since the last call in the
- * prefix cache.  A block whose key is cached already (the same prefix
- * computed by another sequence in the same step) stays private.
- */
-static void
-publish_blocks(struct opus_sched *s, struct sched_req *r)
-{
-	int32_t		full = r->seq.n_pos / s->block_size;
-
-	if (full > r->seq.n_blocks)
-		full = r->seq.n_blocks;
-	hash_blocks(s, r, full);
-	for (int32_t i = r->n_published; i < full; i++)
-	{
-		uint64_t	parent = i == 0 ? r->root : r->hashes[i - 1];
-
-		(void) opus_kv_cache_insert(opus_ctx_kv(s->ctx), r->seq.blocks[i], r->hashes[i], parent,
-									r->tokens + (size_t) i * s->block_size);
-	}
-	if (full > r->n_published)
-		r->n_published = full;
-}
-
-/*
- * Recompute queued requests' effective classes (aging, never above a
- * request's min_priority) and restore the queue order, which the tenants'
- * counters also move.
- */
-static void
-age_queue(struct opus_sched *s)
-{
-	double		t = now_ms();
-	int			n = s->n_queue;
-
-	for (int i = 0; s->aging_ms > 0.0 && i < s->n_queue; i++)
-	{
-		struct sched_req *r = s->queue[i];
-		double		steps = (t - r->t_submit) / s->aging_ms;
-		int32_t		eff = r->priority;
-
-		if (steps >= (double) (eff - r->min_priority))
-			eff = r->min_priority;
-		else if (steps >= 1.0)
-			eff -= (int32_t) steps;
-		r->eff_priority = eff;
-	}
-	s->n_queue = 0;
-	for (int i = 0; i < n; i++)
-		queue_insert(s, s->queue[i]);
-}
-
-/*
- * Whether queued request h may preempt running request r to be admitted:
- * r's own class is lower (a larger number) and it was not promoted by
- * aging to h's effective class or above; or r is of h's class (or lower)
- * but of another tenant, whose counter is ahead of h's tenant's by more
- * than the fair-share margin.  Within a tenant and class nobody is
- * preempted for anybody (first come, first served).
- */
-static bool
-may_preempt(const struct opus_sched *s, const struct sched_req *h,
-			const struct sched_req *r)
-{
-	if (r->finished)
-		return false;
-	if (r->priority > h->priority && r->eff_priority > h->eff_priority)
-		return true;
-	return r->tenant != h->tenant && r->priority >= h->priority &&
-		r->eff_priority >= h->eff_priority &&
-		tenant_vtc(s, r) > tenant_vtc(s, h) + OPUS_SCHED_FAIR_MARGIN;
-}
-
-/*
- * Blocks preempting every running request of a lower class than prio would
- * give back (what they hold plus what was promised to them), and whether
- * there is any.
- */
-static int64_t
-lower_class_blocks(const struct opus_sched *s, const struct sched_req *h, bool *any)
-{
-	int64_t		n = 0;
-
-	*any = false;
-	for (int i = 0; i < s->n_run; i++)
-	{
-		const struct sched_req *r = s->run[i];
-		int64_t		want = blocks_for(s, r->n_tokens);
-
-		if (!may_preempt(s, h, r))
-			continue;
-		*any = true;
-		n += want > r->seq.n_blocks ? want : r->seq.n_blocks;
-	}
-	return n;
-}
-
-static bool preempt_one(struct opus_sched *s, const struct sched_req *h);
-
-/*
- * Admit in queue order while the pool allows.  A request that does not fit
- * may preempt running requests of lower classes (larger priority numbers)
- * when that makes room; otherwise it is passed over and the ones behind it
- * that fit are admitted, unless it has waited in the queue for starve_ms:
- * then admission stops at it, so the blocks that free up are kept for it.
- * Requests behind it are of its class or lower (queue order), so the stop
- * never holds back a more urgent class.  The queue must have room for every
- * running request.
- */
-static void
-admit(struct opus_sched *s)
-{
-	int64_t		avail = opus_ctx_free_blocks(s->ctx) - blocks_promised(s);
-	double		t = now_ms();
-	int			i = 0;
-	bool		passed = false;	/* some request was passed over */
-	double		passed_vtc = 0.0;	/* the least-served tenant's among them */
-
-	while (i < s->n_queue)
-	{
-		struct sched_req *h = s->queue[i];
-		int64_t		n_idle;
-		int32_t		m = prefix_lookup(s, h, &n_idle);
-		int64_t		need = admit_need(s, h) - h->seq.n_blocks - m + n_idle;
-		bool		any;
-
-		/*
-		 * Overtaking never undoes fair share: a request may pass one that
-		 * does not fit only if its tenant is not more served than that
-		 * one's (by the fair-share margin).
-		 */
-		if (passed && tenant_vtc(s, h) > passed_vtc + OPUS_SCHED_FAIR_MARGIN)
-		{
-			i++;
-			continue;
-		}
-		if (need <= avail && s->n_run < s->max_batch)
-		{
-			avail -= need;
-			sched_admit(s, i, m);
-			continue;
-		}
-		if (lower_class_blocks(s, h, &any) + avail >= need && any && preempt_one(s, h))
-		{
-			/* the victim (a lower class, or a more-served tenant) is queued behind h */
-			avail = opus_ctx_free_blocks(s->ctx) - blocks_promised(s);
-			continue;
-		}
-		if (s->starve_ms > 0.0 && t - h->t_queued >= s->starve_ms)
-			break;
-		if (!passed || tenant_vtc(s, h) < passed_vtc)
-			passed_vtc = tenant_vtc(s, h);
-		passed = true;
-		i++;
-	}
 }
 
 /*
@@ -1425,53 +712,6 @@ assign_logits(struct opus_sched *s, int n_items, int rows)
 }
 
 /*
- * Preempt the running request of the lowest effective class (largest
- * number), of the most-served tenant, that holds the most blocks (the most
- * recently admitted among equals), among those h may preempt (any, when h
- * is NULL): release its blocks and requeue it for recomputation.  False if
- * there is none.  Taking the largest frees the most room per
- * recomputation, and a small request admitted last is not the one thrown
- * out again and again while large ones grow.
- */
-static bool
-preempt_one(struct opus_sched *s, const struct sched_req *h)
-{
-	int			v = -1;
-
-	for (int i = 0; i < s->n_run; i++)
-	{
-		struct sched_req *r = s->run[i];
-
-		if (r->finished || (h && !may_preempt(s, h, r)))
-			continue;
-		if (v < 0 || r->eff_priority > s->run[v]->eff_priority ||
-			(r->eff_priority == s->run[v]->eff_priority &&
-			 (tenant_vtc(s, r) > tenant_vtc(s, s->run[v]) ||
-			  (tenant_vtc(s, r) == tenant_vtc(s, s->run[v]) &&
-			   (r->seq.n_blocks > s->run[v]->seq.n_blocks ||
-				(r->seq.n_blocks == s->run[v]->seq.n_blocks &&
-				 r->admitted > s->run[v]->admitted))))))
-			v = i;
-	}
-	if (v < 0)
-		return false;
-	{
-		struct sched_req *r = s->run[v];
-
-		if (h && !(r->priority > h->priority && r->eff_priority > h->eff_priority))
-			s->stats.fair_preemptions++;
-		release_seq(s, r);
-		r->logits = NULL;
-		memmove(s->run + v, s->run + v + 1, (size_t) (s->n_run - v - 1) * sizeof(*s->run));
-		s->n_run--;
-		r->t_queued = now_ms();
-		queue_insert(s, r);		/* capacity: cap_queue >= all requests */
-		s->stats.preemptions++;
-	}
-	return true;
-}
-
-/*
  * The allowed-token masks of this step's constrained rows, shared out over
  * the forward pass's thread pool (each mask is independent and read-only on
  * its state, so the result does not depend on which thread does which).
@@ -1540,8 +780,8 @@ opus_sched_step(struct opus_sched *s, struct opus_error *err)
 	/* the queue must be able to take back any running request */
 	if (!grow_ptrs(&s->queue, &s->cap_queue, s->n_queue + s->n_run + 1))
 		return opus_error_set(err, OPUS_ERR_NOMEM, "out of memory in the scheduler");
-	age_queue(s);
-	admit(s);
+	sched_age_queue(s);
+	sched_admit_queued(s);
 	s->stats.batch_size = 0;
 	if (s->n_run == 0)
 		return OPUS_OK;
@@ -1560,7 +800,7 @@ opus_sched_step(struct opus_sched *s, struct opus_error *err)
 		if (st != OPUS_ERR_CAPACITY)
 			break;
 		/* the pool ran out: preempt, unless a single sequence is left */
-		if (s->n_run <= 1 || !preempt_one(s, NULL))
+		if (s->n_run <= 1 || !sched_preempt_one(s, NULL))
 			break;
 	}
 	if (st != OPUS_OK)
@@ -1568,7 +808,7 @@ opus_sched_step(struct opus_sched *s, struct opus_error *err)
 		/* fail what was in the batch; the engine itself goes on */
 		for (int i = 0; i < n_items; i++)
 			if (!s->item_req[i]->finished)
-				fail_req(s, s->item_req[i], &ferr);
+				sched_fail_req(s, s->item_req[i], &ferr);
 		reap(s);
 		return OPUS_OK;
 	}
@@ -1603,7 +843,7 @@ opus_sched_step(struct opus_sched *s, struct opus_error *err)
 		t->vtc += cost / (double) t->weight;
 	}
 	for (int i = 0; i < n_items; i++)
-		publish_blocks(s, s->item_req[i]);
+		sched_publish_blocks(s, s->item_req[i]);
 	/*
 	 * Cost per token, from steps with enough tokens that the per-step
 	 * overhead (reading the weights once) does not dominate.
@@ -1638,7 +878,7 @@ opus_sched_step(struct opus_sched *s, struct opus_error *err)
 			opus_error_set(&e, OPUS_ERR_INVALID_ARG,
 						   "the grammar allows no token after %d generated tokens",
 						   (int) (r->n_tokens - r->n_prompt));
-			fail_req(s, r, &e);
+			sched_fail_req(s, r, &e);
 			continue;
 		}
 		tok = opus_sampler_sample(r->sampler, r->logits, r->tokens, r->n_tokens);
@@ -1649,10 +889,10 @@ opus_sched_step(struct opus_sched *s, struct opus_error *err)
 
 			opus_error_set(&e, OPUS_ERR_INTERNAL,
 						   "sampled token %d is not allowed by the grammar", (int) tok);
-			fail_req(s, r, &e);
+			sched_fail_req(s, r, &e);
 			continue;
 		}
-		accept_token(s, r, tok);
+		sched_accept_token(s, r, tok);
 	}
 	reap(s);
 	return OPUS_OK;
