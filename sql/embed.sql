@@ -44,6 +44,22 @@ SELECT cosine(opus_embed('A cat sits on the mat.', 'minilm'), opus_embed('A kitt
 SELECT sqlstate_of($$SELECT opus_embed(repeat('word ', 600), 'minilm')$$);
 SELECT array_length(opus_embed(repeat('word ', 600), 'minilm', truncate => true), 1) AS dims;
 
+-- opus_embed_many: one row per input, in input order, each equal to opus_embed's.
+SELECT m.ordinal, m.embedding = opus_embed(t.input, 'minilm') AS same_as_opus_embed
+FROM opus_embed_many(ARRAY['hello world', 'PostgreSQL needs a materialized view as expected.', 'x', 'hello world'],
+                     'minilm', "window" => 3) AS m
+JOIN unnest(ARRAY['hello world', 'PostgreSQL needs a materialized view as expected.', 'x', 'hello world'])
+     WITH ORDINALITY AS t(input, ordinal) ON t.ordinal = m.ordinal
+ORDER BY m.ordinal;
+SELECT count(*), bool_and(abs(norm(embedding) - norm(g.v)) / norm(g.v) < 1e-3) AS unnormalised
+FROM golden g, opus_embed_many(ARRAY[g.input, g.input], 'minilm', "normalize" => false) AS m;
+SELECT count(*) FROM opus_embed_many('{}'::text[], 'minilm');
+SELECT sqlstate_of($$SELECT * FROM opus_embed_many(ARRAY['a', repeat('word ', 600)], 'minilm')$$);
+SELECT count(*) FROM opus_embed_many(ARRAY['a', repeat('word ', 600)], 'minilm', truncate => true);
+SELECT try($$SELECT * FROM opus_embed_many(ARRAY['a', NULL], 'minilm')$$);
+SELECT try($$SELECT * FROM opus_embed_many(NULL, 'minilm')$$);
+SELECT sqlstate_of($$SELECT * FROM opus_embed_many(ARRAY['a'])$$);
+
 -- The wrong kind of model: 0A000 both ways; NULL input 22004; unknown model 42704.
 SELECT sqlstate_of($$SELECT opus_embed('x')$$);
 SELECT sqlstate_of($$SELECT opus_generate('x', model => 'minilm')$$);

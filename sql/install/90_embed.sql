@@ -11,3 +11,18 @@ LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
 COMMENT ON FUNCTION @extschema@.opus_embed(text, text, boolean, boolean)
 IS 'the sentence embedding of input from an embedding model (L2-normalised unless normalize is false); 54000 for an input longer than the model''s context unless truncate';
+
+-- opus_embed_many: every input's embedding, "window" requests in flight so
+-- the engine encodes them together; one row per input, in input order.
+CREATE FUNCTION @extschema@.opus_embed_many(
+    inputs text[],
+    model text DEFAULT NULL,
+    "normalize" boolean DEFAULT true,
+    truncate boolean DEFAULT false,
+    "window" integer DEFAULT NULL)
+RETURNS TABLE(ordinal integer, embedding real[])
+AS 'MODULE_PATHNAME', 'opus_embed_many'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.opus_embed_many(text[], text, boolean, boolean, integer)
+IS 'the embedding of every input (as opus_embed), keeping "window" requests in flight so the engine encodes them in one batch (NULL: up to 16); one row per input, in input order; any failure raises and cancels the rest';

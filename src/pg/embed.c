@@ -19,14 +19,61 @@
 
 PG_FUNCTION_INFO_V1(opus_embed);
 
+/*
+ * The EMBED options of an opus_embed* call into req: "normalize" (NULL or
+ * absent = true), truncate (NULL or absent = false); the model never falls
+ * back (a fallback model need not embed at all).
+ */
+void
+OpusParseEmbedArgs(FunctionCallInfo fcinfo, OpusRequest *req)
+{
+	int			norm = OpusArgNo(fcinfo, "normalize");
+	int			trunc = OpusArgNo(fcinfo, "truncate");
+
+	req->params.max_tokens = 1;
+	req->params.temperature = 0.0f;
+	req->params.top_p = 1.0f;
+	req->params.repetition_penalty = 1.0f;
+	OpusParseModelArg(fcinfo, req);
+	req->fallback = 0;
+	req->embed_flags = 0;
+	if (norm < 0 || PG_ARGISNULL(norm) || PG_GETARG_BOOL(norm))
+		req->embed_flags |= OPUS_PROTO_EMBED_NORMALIZE;
+	if (trunc >= 0 && !PG_ARGISNULL(trunc) && PG_GETARG_BOOL(trunc))
+		req->embed_flags |= OPUS_PROTO_EMBED_TRUNCATE;
+}
+
+/* An EMBEDDING result (little-endian f32) as a real[] datum. */
+Datum
+OpusEmbeddingArray(const char *data, uint32 len)
+{
+	Datum	   *elems;
+	ArrayType  *arr;
+	int			n;
+	int			i;
+
+	if (len == 0 || len % 4 != 0)
+		elog(ERROR, "opus_pg: embedding result of %u bytes is not a vector of floats", len);
+	n = (int) (len / 4);
+	elems = palloc(sizeof(Datum) * n);
+	for (i = 0; i < n; i++)
+	{
+		uint32		u = opus_proto_get_u32((const uint8_t *) data + 4 * i);
+		float4		f;
+
+		memcpy(&f, &u, sizeof(f));
+		elems[i] = Float4GetDatum(f);
+	}
+	arr = construct_array(elems, n, FLOAT4OID, sizeof(float4), true, TYPALIGN_INT);
+	pfree(elems);
+	return PointerGetDatum(arr);
+}
+
 Datum
 opus_embed(PG_FUNCTION_ARGS)
 {
 	OpusRequest req;
 	OpusResult	res;
-	Datum	   *elems;
-	int			n;
-	int			i;
 
 	OpusCheckPreloaded();
 	if (PG_ARGISNULL(0))
@@ -35,36 +82,13 @@ opus_embed(PG_FUNCTION_ARGS)
 				 errmsg("input to embed must not be null")));
 	memset(&req, 0, sizeof(req));
 	req.kind = OPUS_KIND_EMBED;
-	req.params.max_tokens = 1;
-	req.params.temperature = 0.0f;
-	req.params.top_p = 1.0f;
-	req.params.repetition_penalty = 1.0f;
 	{
 		text	   *t = PG_GETARG_TEXT_PP(0);
 
 		req.text = OpusTextToUtf8(VARDATA_ANY(t), VARSIZE_ANY_EXHDR(t), &req.text_len);
 	}
 	OpusCheckPromptSize(req.text_len, "input to embed is");
-	OpusParseModelArg(fcinfo, &req);
-	req.fallback = 0;			/* a fallback model need not embed at all */
-	if (PG_NARGS() < 3 || PG_ARGISNULL(2) || PG_GETARG_BOOL(2))
-		req.embed_flags |= OPUS_PROTO_EMBED_NORMALIZE;
-	if (PG_NARGS() >= 4 && !PG_ARGISNULL(3) && PG_GETARG_BOOL(3))
-		req.embed_flags |= OPUS_PROTO_EMBED_TRUNCATE;
+	OpusParseEmbedArgs(fcinfo, &req);
 	OpusRunRequest(&req, &res);
-
-	if (res.len == 0 || res.len % 4 != 0)
-		elog(ERROR, "opus_pg: embedding result of %u bytes is not a vector of floats", res.len);
-	n = (int) (res.len / 4);
-	elems = palloc(sizeof(Datum) * n);
-	for (i = 0; i < n; i++)
-	{
-		uint32		u = opus_proto_get_u32((const uint8_t *) res.data + 4 * i);
-		float4		f;
-
-		memcpy(&f, &u, sizeof(f));
-		elems[i] = Float4GetDatum(f);
-	}
-	PG_RETURN_ARRAYTYPE_P(construct_array(elems, n, FLOAT4OID, sizeof(float4),
-										  true, TYPALIGN_INT));
+	PG_RETURN_DATUM(OpusEmbeddingArray(res.data, res.len));
 }

@@ -1,5 +1,6 @@
 /*
- * many.c - set-based generation (opus_generate_many, opus_chat_many).
+ * many.c - set-based generation (opus_generate_many, opus_chat_many) and
+ * embedding (opus_embed_many).
  *
  * A call keeps a window of requests in flight (ordinary, non-async slots,
  * marked slot->bulk), refilling it as results arrive so the engine can
@@ -28,6 +29,7 @@
 
 PG_FUNCTION_INFO_V1(opus_generate_many);
 PG_FUNCTION_INFO_V1(opus_chat_many);
+PG_FUNCTION_INFO_V1(opus_embed_many);
 
 /* How often a call looks at the requests it does not sleep on. */
 #define POLL_MS			5
@@ -98,6 +100,7 @@ typedef struct ManyRow
 	uint8		finish;
 	int32		n_prompt;
 	int32		n_completion;
+	Datum		embedding;		/* EMBED: the real[] */
 } ManyRow;
 
 /*
@@ -120,7 +123,7 @@ parse_item(uint8 kind, Datum elem, const OpusRequest *proto, bool random_seed,
 		text	   *t = DatumGetTextPP(elem);
 
 		req->text = OpusTextToUtf8(VARDATA_ANY(t), VARSIZE_ANY_EXHDR(t), &req->text_len);
-		OpusCheckPromptSize(req->text_len, "prompt is");
+		OpusCheckPromptSize(req->text_len, kind == OPUS_KIND_EMBED ? "input to embed is" : "prompt is");
 	}
 	if (random_seed)
 		req->params.seed = pg_prng_uint64(&pg_global_prng_state);
@@ -145,7 +148,9 @@ many_common(FunctionCallInfo fcinfo, uint8 kind)
 	int			n;
 	int			window;
 	int			span;
-	bool		random_seed = OpusArgIsNull(fcinfo, "seed");
+	bool		random_seed = kind != OPUS_KIND_EMBED && OpusArgIsNull(fcinfo, "seed");
+	const char *what = kind == OPUS_KIND_CHAT ? "conversation" :
+		kind == OPUS_KIND_EMBED ? "input" : "prompt";
 	int			window_arg = OpusArgNo(fcinfo, "window");
 	OpusRequest proto;
 	OpusRequest req;
@@ -161,12 +166,12 @@ many_common(FunctionCallInfo fcinfo, uint8 kind)
 	if (PG_ARGISNULL(0))
 		ereport(ERROR,
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("%s must not be null", kind == OPUS_KIND_CHAT ? "conversations" : "prompts")));
+				 errmsg("%ss must not be null", what)));
 	arr = PG_GETARG_ARRAYTYPE_P(0);
 	if (ARR_NDIM(arr) > 1)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("%s must be a one-dimensional array", kind == OPUS_KIND_CHAT ? "conversations" : "prompts")));
+				 errmsg("%ss must be a one-dimensional array", what)));
 	n = ArrayGetNItems(ARR_NDIM(arr), ARR_DIMS(arr));
 
 	if (window_arg < 0 || PG_ARGISNULL(window_arg))
@@ -188,8 +193,13 @@ many_common(FunctionCallInfo fcinfo, uint8 kind)
 	/* Validate everything before queuing anything, keeping nothing. */
 	memset(&proto, 0, sizeof(proto));
 	proto.kind = kind;
-	OpusParseOptions(fcinfo, &proto);
-	OpusParseModelArg(fcinfo, &proto);
+	if (kind == OPUS_KIND_EMBED)
+		OpusParseEmbedArgs(fcinfo, &proto);
+	else
+	{
+		OpusParseOptions(fcinfo, &proto);
+		OpusParseModelArg(fcinfo, &proto);
+	}
 	item_cxt = AllocSetContextCreate(CurrentMemoryContext, "opus_pg set-based input",
 									 ALLOCSET_DEFAULT_SIZES);
 	it = array_create_iterator(arr, 0, NULL);
@@ -198,7 +208,7 @@ many_common(FunctionCallInfo fcinfo, uint8 kind)
 		if (isnull)
 			ereport(ERROR,
 					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-					 errmsg("%s %d must not be null", kind == OPUS_KIND_CHAT ? "conversation" : "prompt", k + 1)));
+					 errmsg("%s %d must not be null", what, k + 1)));
 		old_cxt = MemoryContextSwitchTo(item_cxt);
 		parse_item(kind, elem, &proto, false, &req);
 		MemoryContextSwitchTo(old_cxt);
@@ -269,7 +279,10 @@ many_common(FunctionCallInfo fcinfo, uint8 kind)
 				ms->n_inflight--;
 				if (err_code != 0)
 					OpusRaiseError(err_code, err_message, err_detail);
-				row->output = OpusTextFromUtf8(res.data, res.len);
+				if (kind == OPUS_KIND_EMBED)
+					row->embedding = OpusEmbeddingArray(res.data, res.len);
+				else
+					row->output = OpusTextFromUtf8(res.data, res.len);
 				pfree(res.data);
 				row->finish = res.finish;
 				row->n_prompt = res.n_prompt;
@@ -287,6 +300,15 @@ many_common(FunctionCallInfo fcinfo, uint8 kind)
 
 				memset(vnulls, 0, sizeof(vnulls));
 				values[0] = Int32GetDatum(emitted + 1);
+				if (kind == OPUS_KIND_EMBED)
+				{
+					values[1] = row->embedding;
+					tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, vnulls);
+					pfree(DatumGetPointer(row->embedding));
+					memset(row, 0, sizeof(*row));
+					emitted++;
+					continue;
+				}
 				values[1] = CStringGetTextDatum(row->output);
 				values[2] = CStringGetTextDatum(row->finish == OPUS_PROTO_FINISH_LENGTH ? "length" : "stop");
 				values[3] = Int32GetDatum(row->n_prompt);
@@ -339,4 +361,10 @@ Datum
 opus_chat_many(PG_FUNCTION_ARGS)
 {
 	return many_common(fcinfo, OPUS_KIND_CHAT);
+}
+
+Datum
+opus_embed_many(PG_FUNCTION_ARGS)
+{
+	return many_common(fcinfo, OPUS_KIND_EMBED);
 }

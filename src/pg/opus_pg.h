@@ -354,6 +354,9 @@ extern void OpusParseOptions(FunctionCallInfo fcinfo, OpusRequest *req);
 extern int	OpusArgNo(FunctionCallInfo fcinfo, const char *name);
 extern bool OpusArgIsNull(FunctionCallInfo fcinfo, const char *name);
 extern void OpusParseModelArg(FunctionCallInfo fcinfo, OpusRequest *req);
+/* embed.c */
+extern void OpusParseEmbedArgs(FunctionCallInfo fcinfo, OpusRequest *req);
+extern Datum OpusEmbeddingArray(const char *data, uint32 len);
 
 /* ---- tool calls in a chat answer (toolcalls.c) ---- */
 extern int	OpusParseToolCalls(const char *content, size_t len, const char *id_prefix,
