@@ -351,6 +351,29 @@ test_submit(void)
 	opus_proto_put_u32(buf + w.len - 12 - 8, 4);	/* n_items 4, data 12 bytes */
 	CHECK(!parse_submit_copy(buf, w.len, &m, &why), "DETOKENIZE count mismatch rejected");
 
+	/* embed: the text, flags in n_items (normalize, truncate; no others) */
+	for (uint32_t flags = 0; flags <= OPUS_PROTO_EMBED_FLAGS + 1; flags++)
+	{
+		opus_proto_writer_init(&w, buf, sizeof(buf));
+		opus_proto_encode_submit_head(&w, OPUS_KIND_EMBED, &p, 0, NULL);
+		opus_proto_encode_submit_tenant(&w, &default_tenant);
+		opus_proto_encode_submit_grammar(&w, NULL, 0);
+		opus_proto_encode_submit_data_head(&w, flags, 5);
+		opus_proto_w_bytes(&w, "hello", 5);
+		if (flags <= OPUS_PROTO_EMBED_FLAGS)
+			CHECK(parse_submit_copy(buf, w.len, &m, &why) && m.kind == OPUS_KIND_EMBED &&
+				  m.n_items == flags && m.data_len == 5, "EMBED with flags %u parses", flags);
+		else
+			CHECK(!parse_submit_copy(buf, w.len, &m, &why), "EMBED with unknown flags rejected");
+	}
+	opus_proto_writer_init(&w, buf, sizeof(buf));
+	opus_proto_encode_submit_head(&w, OPUS_KIND_EMBED, &p, 0, NULL);
+	opus_proto_encode_submit_tenant(&w, &default_tenant);
+	opus_proto_encode_submit_grammar(&w, NULL, 0);
+	opus_proto_encode_submit_data_head(&w, 1, 3);
+	opus_proto_w_bytes(&w, "a\0b", 3);
+	CHECK(!parse_submit_copy(buf, w.len, &m, &why), "EMBED text with a NUL rejected");
+
 	/* unknown kind */
 	opus_proto_writer_init(&w, buf, sizeof(buf));
 	opus_proto_encode_submit_head(&w, 9, &p, 0, NULL);
@@ -446,6 +469,24 @@ test_done_stats_fatal(void)
 		CHECK(!opus_proto_parse_tokens(t, 7, &why), "ragged TOKENS rejected");
 		opus_proto_put_u32(t + 4, (uint32_t) -3);
 		CHECK(!opus_proto_parse_tokens(t, 8, &why), "negative token rejected");
+	}
+	{
+		uint8_t		e[8];
+		float		v[2] = {-0.5f, 3.25f};
+		uint32_t	u;
+
+		for (int i = 0; i < 2; i++)
+		{
+			memcpy(&u, &v[i], 4);
+			opus_proto_put_u32(e + 4 * i, u);
+		}
+		CHECK(opus_proto_parse_embedding(e, 8, &why), "EMBEDDING ok (negative values too)");
+		CHECK(!opus_proto_parse_embedding(e, 6, &why), "ragged EMBEDDING rejected");
+		CHECK(!opus_proto_parse_embedding(e, 0, &why), "empty EMBEDDING rejected");
+		v[1] = NAN;
+		memcpy(&u, &v[1], 4);
+		opus_proto_put_u32(e + 4, u);
+		CHECK(!opus_proto_parse_embedding(e, 8, &why), "NaN in EMBEDDING rejected");
 	}
 	CHECK(opus_proto_parse_empty(0, &why) && !opus_proto_parse_empty(1, &why), "empty payloads");
 }
