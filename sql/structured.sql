@@ -76,6 +76,16 @@ FROM (SELECT opus_chat('[{"role": "user", "content": "I love it! Positive or neg
 SELECT c ~ '^[0-9]{1,3}$' AS chat_matches_regex
 FROM (SELECT opus_chat('[{"role": "user", "content": "How many legs does a spider have?"}]', max_tokens => 8,
     temperature => 0, regex => '[0-9]{1,3}') AS c) s;
+-- opus_completion and opus_chat_completion: the same, in the OpenAI object.
+SELECT r->'choices'->0->>'text' IN ('yes', 'no') AS completion_is_a_choice,
+       r->'choices'->0->>'finish_reason' AS finish_reason
+FROM (SELECT opus_completion('Is water wet? Answer:', max_tokens => 8, temperature => 0,
+    choices => ARRAY['yes', 'no']) AS r) s;
+SELECT jsonb_typeof(((r->'choices'->0->'message'->>'content')::jsonb)->'ok') AS chat_completion_ok_type
+FROM (SELECT opus_chat_completion('[{"role": "user", "content": "Is the sky blue? Reply in JSON."}]', max_tokens => 32,
+    temperature => 0, response_format => '{"type": "json_schema", "json_schema": {"name": "r", "schema": {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"], "additionalProperties": false}}}') AS r) s;
+SELECT try($$SELECT opus_chat_completion('[{"role": "user", "content": "x"}]', regex => 'a', grammar => 'root ::= "a"')$$);
+SELECT try($$SELECT opus_completion('x', grammar => 'root ::= ""')$$);
 -- {"type": "text"} and all NULL: no constraint.
 SELECT length(opus_generate('Hello', max_tokens => 4, temperature => 0,
     response_format => '{"type": "text"}')) > 0 AS text_unconstrained;

@@ -69,12 +69,16 @@ CREATE FUNCTION @extschema@.opus_completion(
     seed bigint DEFAULT NULL,
     stop text[] DEFAULT NULL,
     model text DEFAULT NULL,
-    fallback boolean DEFAULT NULL)
+    fallback boolean DEFAULT NULL,
+    response_format jsonb DEFAULT NULL,
+    grammar text DEFAULT NULL,
+    regex text DEFAULT NULL,
+    choices text[] DEFAULT NULL)
 RETURNS jsonb
 AS 'MODULE_PATHNAME', 'opus_completion'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
-COMMENT ON FUNCTION @extschema@.opus_completion(text, integer, double precision, double precision, integer, double precision, double precision, double precision, double precision, bigint, text[], text, boolean)
+COMMENT ON FUNCTION @extschema@.opus_completion(text, integer, double precision, double precision, integer, double precision, double precision, double precision, double precision, bigint, text[], text, boolean, jsonb, text, text, text[])
 IS 'like opus_generate, returning an OpenAI text_completion object with finish_reason, usage and timings';
 
 CREATE FUNCTION @extschema@.opus_chat_completion(
@@ -91,12 +95,16 @@ CREATE FUNCTION @extschema@.opus_chat_completion(
     stop text[] DEFAULT NULL,
     model text DEFAULT NULL,
     fallback boolean DEFAULT NULL,
-    tools jsonb DEFAULT NULL)
+    tools jsonb DEFAULT NULL,
+    response_format jsonb DEFAULT NULL,
+    grammar text DEFAULT NULL,
+    regex text DEFAULT NULL,
+    choices text[] DEFAULT NULL)
 RETURNS jsonb
 AS 'MODULE_PATHNAME', 'opus_chat_completion'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
-COMMENT ON FUNCTION @extschema@.opus_chat_completion(jsonb, integer, double precision, double precision, integer, double precision, double precision, double precision, double precision, bigint, text[], text, boolean, jsonb)
+COMMENT ON FUNCTION @extschema@.opus_chat_completion(jsonb, integer, double precision, double precision, integer, double precision, double precision, double precision, double precision, bigint, text[], text, boolean, jsonb, jsonb, text, text, text[])
 IS 'like opus_chat, returning an OpenAI chat.completion object with finish_reason, usage and timings (and tool_calls when the model called a tool)';
 
 CREATE FUNCTION @extschema@.opus_tokenize(input text)

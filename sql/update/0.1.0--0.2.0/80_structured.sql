@@ -52,8 +52,9 @@ LANGUAGE C VOLATILE PARALLEL UNSAFE;
 COMMENT ON FUNCTION @extschema@.opus_extract(text, jsonb, integer, text, boolean)
 IS 'the data of the input as JSON matching the JSON Schema, its output held to the schema (greedy); 22P02 when cut at max_tokens';
 
--- opus_generate and opus_chat gain the output constraint as arguments:
--- response_format jsonb, grammar text, regex text, choices text[].
+-- opus_generate, opus_chat, opus_completion and opus_chat_completion gain
+-- the output constraint as arguments: response_format jsonb, grammar text,
+-- regex text, choices text[].
 DROP FUNCTION @extschema@.opus_generate(text, integer, double precision, double precision, integer, double precision, double precision, double precision, double precision, bigint, text[], text, boolean);
 DROP FUNCTION @extschema@.opus_chat(jsonb, integer, double precision, double precision, integer, double precision, double precision, double precision, double precision, bigint, text[], text, boolean, jsonb);
 
@@ -107,3 +108,57 @@ LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
 COMMENT ON FUNCTION @extschema@.opus_chat(jsonb, integer, double precision, double precision, integer, double precision, double precision, double precision, double precision, bigint, text[], text, boolean, jsonb, jsonb, text, text, text[])
 IS 'answer OpenAI-style chat messages ([{"role": ..., "content": ...}]) with the model''s chat template; tools: OpenAI tool definitions for the template; response_format, grammar, regex or choices (at most one) constrain the output';
+
+DROP FUNCTION @extschema@.opus_completion(text, integer, double precision, double precision, integer, double precision, double precision, double precision, double precision, bigint, text[], text, boolean);
+DROP FUNCTION @extschema@.opus_chat_completion(jsonb, integer, double precision, double precision, integer, double precision, double precision, double precision, double precision, bigint, text[], text, boolean, jsonb);
+
+CREATE FUNCTION @extschema@.opus_completion(
+    prompt text,
+    max_tokens integer DEFAULT NULL,
+    temperature double precision DEFAULT 1.0,
+    top_p double precision DEFAULT 1.0,
+    top_k integer DEFAULT 0,
+    min_p double precision DEFAULT 0.0,
+    presence_penalty double precision DEFAULT 0.0,
+    frequency_penalty double precision DEFAULT 0.0,
+    repetition_penalty double precision DEFAULT 1.0,
+    seed bigint DEFAULT NULL,
+    stop text[] DEFAULT NULL,
+    model text DEFAULT NULL,
+    fallback boolean DEFAULT NULL,
+    response_format jsonb DEFAULT NULL,
+    grammar text DEFAULT NULL,
+    regex text DEFAULT NULL,
+    choices text[] DEFAULT NULL)
+RETURNS jsonb
+AS 'MODULE_PATHNAME', 'opus_completion'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.opus_completion(text, integer, double precision, double precision, integer, double precision, double precision, double precision, double precision, bigint, text[], text, boolean, jsonb, text, text, text[])
+IS 'like opus_generate, returning an OpenAI text_completion object with finish_reason, usage and timings';
+
+CREATE FUNCTION @extschema@.opus_chat_completion(
+    messages jsonb,
+    max_tokens integer DEFAULT NULL,
+    temperature double precision DEFAULT 1.0,
+    top_p double precision DEFAULT 1.0,
+    top_k integer DEFAULT 0,
+    min_p double precision DEFAULT 0.0,
+    presence_penalty double precision DEFAULT 0.0,
+    frequency_penalty double precision DEFAULT 0.0,
+    repetition_penalty double precision DEFAULT 1.0,
+    seed bigint DEFAULT NULL,
+    stop text[] DEFAULT NULL,
+    model text DEFAULT NULL,
+    fallback boolean DEFAULT NULL,
+    tools jsonb DEFAULT NULL,
+    response_format jsonb DEFAULT NULL,
+    grammar text DEFAULT NULL,
+    regex text DEFAULT NULL,
+    choices text[] DEFAULT NULL)
+RETURNS jsonb
+AS 'MODULE_PATHNAME', 'opus_chat_completion'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.opus_chat_completion(jsonb, integer, double precision, double precision, integer, double precision, double precision, double precision, double precision, bigint, text[], text, boolean, jsonb, jsonb, text, text, text[])
+IS 'like opus_chat, returning an OpenAI chat.completion object with finish_reason, usage and timings (and tool_calls when the model called a tool)';
