@@ -7,6 +7,7 @@
  * _release).  The automaton and the token masks are in grammar.c.
  */
 #include "text/grammar_int.h"
+#include "text/unicode.h"
 
 #include <pthread.h>
 #include <stdarg.h>
@@ -313,18 +314,6 @@ parse_int(struct parser *p, size_t pos, uint32_t *out)
 	return end;
 }
 
-static int
-hexval(int c)
-{
-	if (c >= '0' && c <= '9')
-		return c - '0';
-	if (c >= 'a' && c <= 'f')
-		return c - 'a' + 10;
-	if (c >= 'A' && c <= 'F')
-		return c - 'A' + 10;
-	return -1;
-}
-
 /* One UTF-8 code point of the grammar text. */
 static size_t
 decode_utf8(struct parser *p, size_t pos, uint32_t *cp)
@@ -434,7 +423,7 @@ parse_char(struct parser *p, size_t pos, uint32_t *cp)
 
 			for (int i = 0; i < nhex; i++)
 			{
-				int			h = hexval(peek(p, pos + 2 + i));
+				int			h = opus_hex_digit(peek(p, pos + 2 + i));
 
 				if (h < 0)
 				{

@@ -13,6 +13,7 @@
  */
 #include "text/jinja_int.h"
 #include "text/jinja_lex.h"
+#include "text/unicode.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -134,18 +135,6 @@ put_utf8(char *o, uint32_t cp)
 	return 4;
 }
 
-static int
-hexval(char c)
-{
-	if (c >= '0' && c <= '9')
-		return c - '0';
-	if (c >= 'a' && c <= 'f')
-		return c - 'a' + 10;
-	if (c >= 'A' && c <= 'F')
-		return c - 'A' + 10;
-	return -1;
-}
-
 /* A string literal at p->pos (quote char there); Python escapes. */
 static void
 lex_string(struct parser *p, int line)
@@ -218,8 +207,8 @@ lex_string(struct parser *p, int line)
 					uint32_t	cp = 0;
 					int			k;
 
-					for (k = 0; k < nd && i + 1 + k < end && hexval(p->src[i + 1 + k]) >= 0; k++)
-						cp = cp * 16 + (uint32_t) hexval(p->src[i + 1 + k]);
+					for (k = 0; k < nd && i + 1 + k < end && opus_hex_digit(p->src[i + 1 + k]) >= 0; k++)
+						cp = cp * 16 + (uint32_t) opus_hex_digit(p->src[i + 1 + k]);
 					if (k != nd || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
 						jp_fail(p, OPUS_ERR_TEMPLATE, line, "bad \\%c escape in a string literal", c);
 					n += put_utf8(o + n, cp);

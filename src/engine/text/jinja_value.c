@@ -9,6 +9,7 @@
  * longjmp to opus_jinja_render (jinja_eval.c).
  */
 #include "text/jinja_int.h"
+#include "text/unicode.h"
 
 #include <errno.h>
 #include <math.h>
@@ -913,18 +914,6 @@ opus_jinja_json_quote(const char *s, size_t n, char *buf, size_t cap)
 
 /* ------------------------------------------------------- JSON parsing */
 
-static int
-hexdig(char c)
-{
-	if (c >= '0' && c <= '9')
-		return c - '0';
-	if (c >= 'a' && c <= 'f')
-		return c - 'a' + 10;
-	if (c >= 'A' && c <= 'F')
-		return c - 'A' + 10;
-	return -1;
-}
-
 struct jp
 {
 	struct jarena *ar;
@@ -1003,7 +992,7 @@ jp_string(struct jp *p, jval *out)
 
 					for (int k = 0; k < 4; k++)
 					{
-						int			h = i + 1 + (size_t) k < p->i ? hexdig(p->s[i + 1 + k]) : -1;
+						int			h = i + 1 + (size_t) k < p->i ? opus_hex_digit(p->s[i + 1 + k]) : -1;
 
 						if (h < 0)
 							return false;
@@ -1017,7 +1006,7 @@ jp_string(struct jp *p, jval *out)
 
 						for (int k = 0; k < 4; k++)
 						{
-							int			h = hexdig(p->s[i + 3 + k]);
+							int			h = opus_hex_digit(p->s[i + 3 + k]);
 
 							if (h < 0)
 								return false;

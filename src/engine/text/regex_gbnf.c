@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "text/regex_gbnf.h"
+#include "text/unicode.h"
 
 /* ------------------------------------------------------------------ */
 /* the builder */
@@ -426,18 +427,6 @@ add_class_escape(struct cset *s, char e)
 	}
 }
 
-static int
-hexval(char c)
-{
-	if (c >= '0' && c <= '9')
-		return c - '0';
-	if (c >= 'a' && c <= 'f')
-		return c - 'a' + 10;
-	if (c >= 'A' && c <= 'F')
-		return c - 'A' + 10;
-	return -1;
-}
-
 /*
  * Read an escape after the backslash at r->pos - 1.  Returns a code point
  * (>= 0), or -2 with *cls set to one of d w s D W S for a class escape, or
@@ -483,7 +472,7 @@ rx_escape(struct rx *r, char *cls, int in_class)
 
 				for (k = 0; k < nd; k++)
 				{
-					int			h = r->pos < r->len ? hexval(r->re[r->pos]) : -1;
+					int			h = r->pos < r->len ? opus_hex_digit(r->re[r->pos]) : -1;
 
 					if (h < 0)
 						return rx_fail(r, OPUS_ERR_INVALID_ARG, at, "bad hexadecimal escape");

@@ -46,6 +46,20 @@ opus_utf8_seq_len(uint8_t lead)
 	return lut[lead >> 4];
 }
 
+/* Value of an ASCII hex digit, or -1 (escapes in grammars, regexes, Jinja
+ * and JSON strings). */
+static inline int
+opus_hex_digit(int c)
+{
+	if (c >= '0' && c <= '9')
+		return c - '0';
+	if (c >= 'a' && c <= 'f')
+		return c - 'a' + 10;
+	if (c >= 'A' && c <= 'F')
+		return c - 'A' + 10;
+	return -1;
+}
+
 /* OPUS_UC_* flags of a code point. */
 uint8_t		opus_unicode_flags(uint32_t cpt);
 
