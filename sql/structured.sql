@@ -86,6 +86,14 @@ FROM (SELECT opus_chat_completion('[{"role": "user", "content": "Is the sky blue
     temperature => 0, response_format => '{"type": "json_schema", "json_schema": {"name": "r", "schema": {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"], "additionalProperties": false}}}') AS r) s;
 SELECT try($$SELECT opus_chat_completion('[{"role": "user", "content": "x"}]', regex => 'a', grammar => 'root ::= "a"')$$);
 SELECT try($$SELECT opus_completion('x', grammar => 'root ::= ""')$$);
+-- The streaming functions: the chunks together match the constraint.
+SELECT string_agg(chunk, '') ~ '^[A-Z]{2}-[0-9]{3}$' AS stream_matches_regex
+FROM opus_generate_stream('Your ticket number is', max_tokens => 16, temperature => 0,
+    regex => '[A-Z]{2}-\d{3}') AS chunk;
+SELECT string_agg(chunk, '') IN ('positive', 'negative') AS chat_stream_is_a_choice
+FROM opus_chat_stream('[{"role": "user", "content": "I love it! Positive or negative?"}]', max_tokens => 8,
+    temperature => 0, choices => ARRAY['positive', 'negative']) AS chunk;
+SELECT try($$SELECT * FROM opus_generate_stream('x', regex => 'a', choices => ARRAY['a'])$$);
 -- {"type": "text"} and all NULL: no constraint.
 SELECT length(opus_generate('Hello', max_tokens => 4, temperature => 0,
     response_format => '{"type": "text"}')) > 0 AS text_unconstrained;

@@ -273,12 +273,12 @@ check_sql(const char *root)
 	/*
 	 * Not every generation function has these: OPUS_PARAMS_CHAT only
 	 * opus_chat and opus_chat_completion; OPUS_PARAMS_CONSTRAINT so far
-	 * the four synchronous ones (and opus_constraint_grammar).
+	 * the four synchronous ones and the four streaming ones.
 	 */
 	for (int i = 0; i < OPUS_P__COUNT; i++)
 		want[i] = 8;
 #define WANT_CHAT(name, ...) want[OPUS_P_##name] = 2;
-#define WANT_CONSTRAINT(name, ...) want[OPUS_P_##name] = 4;
+#define WANT_CONSTRAINT(name, ...) want[OPUS_P_##name] = 8;
 	OPUS_PARAMS_CHAT(WANT_CHAT)
 	OPUS_PARAMS_CONSTRAINT(WANT_CONSTRAINT)
 #undef WANT_CHAT

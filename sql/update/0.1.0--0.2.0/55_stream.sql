@@ -14,12 +14,16 @@ CREATE FUNCTION @extschema@.opus_generate_stream(
     seed bigint DEFAULT NULL,
     stop text[] DEFAULT NULL,
     model text DEFAULT NULL,
-    fallback boolean DEFAULT NULL)
+    fallback boolean DEFAULT NULL,
+    response_format jsonb DEFAULT NULL,
+    grammar text DEFAULT NULL,
+    regex text DEFAULT NULL,
+    choices text[] DEFAULT NULL)
 RETURNS SETOF text
 AS 'MODULE_PATHNAME', 'opus_generate_stream'
 LANGUAGE C VOLATILE PARALLEL UNSAFE ROWS 50;
 
-COMMENT ON FUNCTION @extschema@.opus_generate_stream(text, integer, double precision, double precision, integer, double precision, double precision, double precision, double precision, bigint, text[], text, boolean)
+COMMENT ON FUNCTION @extschema@.opus_generate_stream(text, integer, double precision, double precision, integer, double precision, double precision, double precision, double precision, bigint, text[], text, boolean, jsonb, text, text, text[])
 IS 'stream the completion of a prompt as text chunks, one row per chunk while it is generated (options as opus_generate)';
 
 CREATE FUNCTION @extschema@.opus_chat_stream(
@@ -35,12 +39,16 @@ CREATE FUNCTION @extschema@.opus_chat_stream(
     seed bigint DEFAULT NULL,
     stop text[] DEFAULT NULL,
     model text DEFAULT NULL,
-    fallback boolean DEFAULT NULL)
+    fallback boolean DEFAULT NULL,
+    response_format jsonb DEFAULT NULL,
+    grammar text DEFAULT NULL,
+    regex text DEFAULT NULL,
+    choices text[] DEFAULT NULL)
 RETURNS SETOF text
 AS 'MODULE_PATHNAME', 'opus_chat_stream'
 LANGUAGE C VOLATILE PARALLEL UNSAFE ROWS 50;
 
-COMMENT ON FUNCTION @extschema@.opus_chat_stream(jsonb, integer, double precision, double precision, integer, double precision, double precision, double precision, double precision, bigint, text[], text, boolean)
+COMMENT ON FUNCTION @extschema@.opus_chat_stream(jsonb, integer, double precision, double precision, integer, double precision, double precision, double precision, double precision, bigint, text[], text, boolean, jsonb, text, text, text[])
 IS 'stream the answer to chat messages as text chunks, one row per chunk while it is generated (options as opus_chat)';
 
 CREATE FUNCTION @extschema@.opus_generate_stream_completion(
@@ -56,12 +64,16 @@ CREATE FUNCTION @extschema@.opus_generate_stream_completion(
     seed bigint DEFAULT NULL,
     stop text[] DEFAULT NULL,
     model text DEFAULT NULL,
-    fallback boolean DEFAULT NULL)
+    fallback boolean DEFAULT NULL,
+    response_format jsonb DEFAULT NULL,
+    grammar text DEFAULT NULL,
+    regex text DEFAULT NULL,
+    choices text[] DEFAULT NULL)
 RETURNS SETOF jsonb
 AS 'MODULE_PATHNAME', 'opus_generate_stream_completion'
 LANGUAGE C VOLATILE PARALLEL UNSAFE ROWS 50;
 
-COMMENT ON FUNCTION @extschema@.opus_generate_stream_completion(text, integer, double precision, double precision, integer, double precision, double precision, double precision, double precision, bigint, text[], text, boolean)
+COMMENT ON FUNCTION @extschema@.opus_generate_stream_completion(text, integer, double precision, double precision, integer, double precision, double precision, double precision, double precision, bigint, text[], text, boolean, jsonb, text, text, text[])
 IS 'like opus_generate_stream, as OpenAI text_completion chunks; the last row has finish_reason and usage';
 
 CREATE FUNCTION @extschema@.opus_chat_stream_completion(
@@ -77,10 +89,14 @@ CREATE FUNCTION @extschema@.opus_chat_stream_completion(
     seed bigint DEFAULT NULL,
     stop text[] DEFAULT NULL,
     model text DEFAULT NULL,
-    fallback boolean DEFAULT NULL)
+    fallback boolean DEFAULT NULL,
+    response_format jsonb DEFAULT NULL,
+    grammar text DEFAULT NULL,
+    regex text DEFAULT NULL,
+    choices text[] DEFAULT NULL)
 RETURNS SETOF jsonb
 AS 'MODULE_PATHNAME', 'opus_chat_stream_completion'
 LANGUAGE C VOLATILE PARALLEL UNSAFE ROWS 50;
 
-COMMENT ON FUNCTION @extschema@.opus_chat_stream_completion(jsonb, integer, double precision, double precision, integer, double precision, double precision, double precision, double precision, bigint, text[], text, boolean)
+COMMENT ON FUNCTION @extschema@.opus_chat_stream_completion(jsonb, integer, double precision, double precision, integer, double precision, double precision, double precision, double precision, bigint, text[], text, boolean, jsonb, text, text, text[])
 IS 'like opus_chat_stream, as OpenAI chat.completion.chunk objects; the last row has finish_reason and usage';
