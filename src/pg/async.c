@@ -474,31 +474,7 @@ submit_common(FunctionCallInfo fcinfo, uint8 kind)
 	int			detached_arg = OpusArgNo(fcinfo, "detached");
 	bool		detached = detached_arg < 0 || PG_ARGISNULL(detached_arg) ? true : PG_GETARG_BOOL(detached_arg);
 
-	OpusCheckPreloaded();
-	memset(&req, 0, sizeof(req));
-	req.kind = kind;
-	if (kind == OPUS_KIND_CHAT)
-	{
-		if (PG_ARGISNULL(0))
-			ereport(ERROR,
-					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-					 errmsg("messages must not be null")));
-		OpusParseMessages(PG_GETARG_JSONB_P(0), &req);
-	}
-	else
-	{
-		text	   *t;
-
-		if (PG_ARGISNULL(0))
-			ereport(ERROR,
-					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-					 errmsg("prompt must not be null")));
-		t = PG_GETARG_TEXT_PP(0);
-		req.text = OpusTextToUtf8(VARDATA_ANY(t), VARSIZE_ANY_EXHDR(t), &req.text_len);
-		OpusCheckPromptSize(req.text_len, "prompt is");
-	}
-	OpusParseOptions(fcinfo, &req);
-	OpusParseModelArg(fcinfo, &req);
+	OpusParseGeneration(fcinfo, kind, &req);
 	PG_RETURN_INT64(submit_async(&req, detached));
 }
 
