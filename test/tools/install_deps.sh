@@ -35,20 +35,21 @@ if ! python3 -m pip --version >/dev/null 2>&1; then
 fi
 
 # The MoE test models (make golden-moe, test/tools/gen_moe_model.py) are
-# written with the python gguf package and numpy.  gguf is pinned: the model
+# written with the python gguf package and numpy; the MiniLM embedding model
+# is read from safetensors (test/tools/minilm_to_gguf.py).  gguf is pinned: the model
 # files (and so the SHA-256 the goldens record) depend on its writer.
 GGUF_VERSION=0.19.0
 python_deps()
 {
-	if python3 -c 'import numpy, gguf, sys; from importlib.metadata import version; sys.exit(version("gguf") != sys.argv[1])' \
+	if python3 -c 'import numpy, gguf, safetensors, sys; from importlib.metadata import version; sys.exit(version("gguf") != sys.argv[1])' \
 		"$GGUF_VERSION" >/dev/null 2>&1; then
 		return 0
 	fi
-	echo "install_deps: installing python gguf==$GGUF_VERSION numpy"
+	echo "install_deps: installing python gguf==$GGUF_VERSION numpy safetensors"
 	# Debian 12's python3 is "externally managed" (PEP 668): retry with
 	# --break-system-packages where the plain install is refused.
-	python3 -m pip install --quiet "gguf==$GGUF_VERSION" numpy ||
-		python3 -m pip install --quiet --break-system-packages "gguf==$GGUF_VERSION" numpy
+	python3 -m pip install --quiet "gguf==$GGUF_VERSION" numpy safetensors ||
+		python3 -m pip install --quiet --break-system-packages "gguf==$GGUF_VERSION" numpy safetensors
 }
 
 if [ ${#missing[@]} -eq 0 ]; then
