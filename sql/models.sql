@@ -63,6 +63,11 @@ END $$;
 SELECT name, state, version, regexp_replace(path, '^.*/', '') AS file, role, last_error,
        fallback, max_ttft_ms, overloaded, fallback_requests
 FROM opus_models ORDER BY name COLLATE "C";
+-- pg_stat_opus_engine: one row per model (API version 2), the default's
+-- first and as before; a model that never started has no engine columns.
+SELECT name, state, engine_pid > 0 AS has_pid, model, threads, generated_tokens > 0 AS generated,
+       kv_blocks_total > 0 AS has_kv, busy_slots = (SELECT busy_slots FROM pg_stat_opus_engine WHERE name = 'default') AS same_slots
+FROM pg_stat_opus_engine ORDER BY name COLLATE "C";
 -- fallback => is accepted by every generation function.
 SELECT length(opus_generate('Hello', max_tokens => 2, temperature => 0, fallback => true)) > 0 AS ok;
 SELECT try($$SELECT opus_generate('x', model => 'ghost', fallback => false)$$);

@@ -27,7 +27,7 @@ WHERE c.relname IN ('pg_stat_opus', 'pg_stat_opus_activity', 'pg_stat_opus_engin
 ORDER BY c.relname COLLATE "C", a.attnum;
 
 -- Views are thin wrappers over versioned functions.
-SELECT c.relname, pg_catalog.pg_get_viewdef(c.oid) ~ 'opus_stat_[a-z_]*v1\(\)' AS versioned
+SELECT c.relname, pg_catalog.pg_get_viewdef(c.oid) ~ 'opus_stat_[a-z_]*v[0-9]+\(\)' AS versioned
 FROM pg_class c
 WHERE c.relkind = 'v' AND c.relname LIKE 'pg\_stat\_opus%'
 ORDER BY c.relname COLLATE "C";

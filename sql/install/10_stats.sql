@@ -78,7 +78,8 @@ IS 'requests queued or running: state queued, prefill or decode, tokens so far, 
 
 -- pg_stat_opus_engine -----------------------------------------------------
 
-CREATE FUNCTION @extschema@.opus_stat_engine_v1(
+CREATE FUNCTION @extschema@.opus_stat_engine_v2(
+    OUT name text,
     OUT engine_pid integer,
     OUT state text,
     OUT model text,
@@ -118,19 +119,19 @@ CREATE FUNCTION @extschema@.opus_stat_engine_v1(
     OUT stat_evictions bigint,
     OUT stats_reset timestamp with time zone)
 RETURNS SETOF record
-AS 'MODULE_PATHNAME', 'opus_stat_engine_v1'
+AS 'MODULE_PATHNAME', 'opus_stat_engine_v2'
 LANGUAGE C VOLATILE PARALLEL RESTRICTED;
 
-COMMENT ON FUNCTION @extschema@.opus_stat_engine_v1()
-IS 'the engine, its scheduler and KV cache, throughput, and the request log queue (API version 1 of pg_stat_opus_engine)';
+COMMENT ON FUNCTION @extschema@.opus_stat_engine_v2()
+IS 'one row per declared model: its engine, scheduler and KV cache, throughput; and the request slots and log queue (API version 2 of pg_stat_opus_engine)';
 
 CREATE VIEW @extschema@.pg_stat_opus_engine AS
-    SELECT * FROM @extschema@.opus_stat_engine_v1();
+    SELECT * FROM @extschema@.opus_stat_engine_v2();
 
 GRANT SELECT ON @extschema@.pg_stat_opus_engine TO PUBLIC;
 
 COMMENT ON VIEW @extschema@.pg_stat_opus_engine
-IS 'one row: the engine process, batch and KV cache, prefix cache, tokens per second over 10 s and 1 min, queue depth, memory, request log counters';
+IS 'one row per model (name: default or one of opus.models): its engine process, batch and KV cache, prefix cache, tokens per second over 10 s and 1 min, queue depth, memory; server-wide request slot and log counters on every row';
 
 -- latency histograms ------------------------------------------------------
 

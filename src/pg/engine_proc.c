@@ -324,11 +324,9 @@ publish_ready(int m, EngineProc *p)
 	memset(&e->stats, 0, sizeof(e->stats));
 	SpinLockRelease(&e->mutex);
 	models[m].note[0] = '\0';
+	OpusStatsEngineReady(m);
 	if (m == 0)
-	{
-		OpusStatsEngineReady();
 		OpusExpertsEngineReady(&p->info);
-	}
 	set_model_state(m, OPUS_ENGINE_READY);
 	models[m].last_logged[0] = '\0';
 }
@@ -386,8 +384,7 @@ engine_lost(EngineProc *p, bool kill_now, const char *reason)
 		return;
 	}
 
-	if (m == 0)
-		OpusStatsEngineLost();
+	OpusStatsEngineLost(m);
 	SpinLockAcquire(&e->mutex);
 	e->restarts++;
 	strlcpy(e->last_exit, detail, sizeof(e->last_exit));
@@ -740,8 +737,7 @@ maybe_start_engine(int m)
 		schedule_restart(m);
 		return;
 	}
-	if (m == 0)
-		OpusStatsEngineSpawned(cfg.path, cfg.device, cfg.threads);
+	OpusStatsEngineSpawned(m, cfg.path, cfg.device, cfg.threads);
 	SpinLockAcquire(&e->mutex);
 	e->starts++;
 	e->started_at = p->spawned_at;

@@ -9,7 +9,7 @@
  *                         OpusStatsShmemRequest / OpusStatsShmemInit
  *   backends (request.c)  OpusStatsSlotFilled (activity text of a slot being
  *                         filled), OpusStatsRejected (refused before queuing)
- *   the supervisor        OpusStatsEngineSpawned/Ready/Stats/Lost and the
+ *   the supervisor        OpusStatsEngineDeclared/Spawned/Ready/Stats/Lost and the
  *                         OpusStatsRequest* hooks as requests move
  *   the logger worker     OpusLoggerMain (reqlog.c)
  * Locking rules are at the top of stats.c and reqlog.c.
@@ -58,11 +58,13 @@ extern void OpusStatsRejected(uint8 kind);
 
 /* ---- the supervisor ---- */
 
-extern void OpusStatsEngineSpawned(const char *model_path, const char *device,
+/* m: the model entry (0 = the default model) whose serving engine this is. */
+extern void OpusStatsEngineDeclared(int m);
+extern void OpusStatsEngineSpawned(int m, const char *model_path, const char *device,
 								   int threads);
-extern void OpusStatsEngineReady(void);
-extern void OpusStatsEngineStats(const struct opus_proto_stats *s);
-extern void OpusStatsEngineLost(void);
+extern void OpusStatsEngineReady(int m);
+extern void OpusStatsEngineStats(int m, const struct opus_proto_stats *s);
+extern void OpusStatsEngineLost(int m);
 
 /* Request status in pg_stat_opus and the log. */
 typedef enum OpusReqStatus

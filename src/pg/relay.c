@@ -378,8 +378,7 @@ handle_engine_frame(EngineProc *p, const struct opus_proto_header *h, const uint
 				SpinLockAcquire(&e->mutex);
 				e->stats = s;
 				SpinLockRelease(&e->mutex);
-				if (m == 0)
-					OpusStatsEngineStats(&s);
+				OpusStatsEngineStats(m, &s);
 				return NULL;
 			}
 		case OPUS_MSG_EXPERTS:

@@ -82,6 +82,7 @@ typedef struct OpusTrack
 	TimestampTz first_token_at; /* when the first token was seen */
 	TimestampTz last_token_at;	/* when n_generated last grew */
 	int32		n_generated;
+	int			model;			/* the model entry serving it */
 	struct opus_proto_params params;
 	int32		n_stop;
 } OpusTrack;
@@ -175,7 +176,7 @@ static void
 current_model(char *out)
 {
 	SpinLockAcquire(&OpusStats->mutex);
-	memcpy(out, OpusStats->model, OPUS_STAT_MODEL_LEN);
+	memcpy(out, OpusStats->engines[0].model, OPUS_STAT_MODEL_LEN);
 	SpinLockRelease(&OpusStats->mutex);
 }
 
@@ -452,87 +453,103 @@ OpusStatsRejected(uint8 kind)
  * The supervisor: the engine
  * --------------------------------------------------------------------- */
 
+/* Model entry m is (re)declared: its engine's totals start again at zero. */
 void
-OpusStatsEngineSpawned(const char *model_path, const char *device, int threads)
+OpusStatsEngineDeclared(int m)
 {
+	SpinLockAcquire(&OpusStats->mutex);
+	memset(&OpusStats->engines[m], 0, sizeof(OpusStats->engines[m]));
+	SpinLockRelease(&OpusStats->mutex);
+}
+
+void
+OpusStatsEngineSpawned(int m, const char *model_path, const char *device, int threads)
+{
+	OpusEngineStats *es = &OpusStats->engines[m];
 	char		name[OPUS_STAT_MODEL_LEN];
 
 	model_short_name(model_path, name, sizeof(name));
 	SpinLockAcquire(&OpusStats->mutex);
-	memset(OpusStats->model, 0, sizeof(OpusStats->model));
-	strlcpy(OpusStats->model, name, sizeof(OpusStats->model));
-	strlcpy(OpusStats->device, device, sizeof(OpusStats->device));
-	OpusStats->threads = threads;
-	OpusStats->have_last = false;
+	memset(es->model, 0, sizeof(es->model));
+	strlcpy(es->model, name, sizeof(es->model));
+	strlcpy(es->device, device, sizeof(es->device));
+	es->threads = threads;
+	es->have_last = false;
 	SpinLockRelease(&OpusStats->mutex);
 }
 
 void
-OpusStatsEngineReady(void)
+OpusStatsEngineReady(int m)
 {
+	OpusEngineStats *es = &OpusStats->engines[m];
+
 	SpinLockAcquire(&OpusStats->mutex);
-	OpusStats->have_last = false;
-	memset(&OpusStats->last, 0, sizeof(OpusStats->last));
+	es->have_last = false;
+	memset(&es->last, 0, sizeof(es->last));
 	SpinLockRelease(&OpusStats->mutex);
 }
 
 void
-OpusStatsEngineLost(void)
+OpusStatsEngineLost(int m)
 {
+	OpusEngineStats *es = &OpusStats->engines[m];
+
 	SpinLockAcquire(&OpusStats->mutex);
-	OpusStats->have_last = false;
-	OpusStats->last.n_active = 0;
-	OpusStats->last.n_queued = 0;
-	OpusStats->last.n_running = 0;
-	OpusStats->last.batch_size = 0;
+	es->have_last = false;
+	es->last.n_active = 0;
+	es->last.n_queued = 0;
+	es->last.n_running = 0;
+	es->last.batch_size = 0;
 	SpinLockRelease(&OpusStats->mutex);
 }
 
-/* Add a throughput sample.  Caller holds OpusStats->mutex. */
+/* Add a throughput sample to es.  Caller holds OpusStats->mutex. */
 static void
-add_rate_sample(TimestampTz now)
+add_rate_sample(OpusEngineStats *es, TimestampTz now)
 {
 	OpusRateSample *newest;
 	int			prev;
 
-	if (OpusStats->n_samples >= 2)
+	if (es->n_samples >= 2)
 	{
-		prev = (OpusStats->sample_head + OPUS_RATE_SAMPLES - 1) % OPUS_RATE_SAMPLES;
+		prev = (es->sample_head + OPUS_RATE_SAMPLES - 1) % OPUS_RATE_SAMPLES;
 		/* The newest sample floats until it is 1 s after the one before. */
-		if (!TimestampDifferenceExceeds(OpusStats->samples[prev].t, now, 1000))
+		if (!TimestampDifferenceExceeds(es->samples[prev].t, now, 1000))
 		{
-			newest = &OpusStats->samples[OpusStats->sample_head];
+			newest = &es->samples[es->sample_head];
 			newest->t = now;
-			newest->gen = OpusStats->gen_total;
-			newest->prompt = OpusStats->prompt_total;
+			newest->gen = es->gen_total;
+			newest->prompt = es->prompt_total;
 			return;
 		}
 	}
-	if (OpusStats->n_samples > 0)
-		OpusStats->sample_head = (OpusStats->sample_head + 1) % OPUS_RATE_SAMPLES;
-	if (OpusStats->n_samples < OPUS_RATE_SAMPLES)
-		OpusStats->n_samples++;
-	newest = &OpusStats->samples[OpusStats->sample_head];
+	if (es->n_samples > 0)
+		es->sample_head = (es->sample_head + 1) % OPUS_RATE_SAMPLES;
+	if (es->n_samples < OPUS_RATE_SAMPLES)
+		es->n_samples++;
+	newest = &es->samples[es->sample_head];
 	newest->t = now;
-	newest->gen = OpusStats->gen_total;
-	newest->prompt = OpusStats->prompt_total;
+	newest->gen = es->gen_total;
+	newest->prompt = es->prompt_total;
 }
 
 /*
- * A STATS frame from the running engine: totals grow by what it moved.
- * (Generated tokens are counted from PROGRESS and DONE instead, exactly:
- * the engine's tokens_decode counts tokens fed back, one fewer per request.)
+ * A STATS frame from model entry m's serving engine: totals grow by what
+ * it moved.  (Generated tokens are counted from PROGRESS and DONE instead,
+ * exactly: the engine's tokens_decode counts tokens fed back, one fewer
+ * per request.)
  */
 void
-OpusStatsEngineStats(const struct opus_proto_stats *s)
+OpusStatsEngineStats(int m, const struct opus_proto_stats *s)
 {
+	OpusEngineStats *es = &OpusStats->engines[m];
 	const struct opus_proto_stats *p;
 	TimestampTz now = GetCurrentTimestamp();
 
 	SpinLockAcquire(&OpusStats->mutex);
-	p = &OpusStats->last;
+	p = &es->last;
 #define GROW(total, field) \
-	OpusStats->total += (OpusStats->have_last && s->field >= p->field) ? \
+	es->total += (es->have_last && s->field >= p->field) ? \
 		s->field - p->field : s->field
 	GROW(prompt_total, tokens_prefill);
 	GROW(steps_total, steps);
@@ -540,9 +557,9 @@ OpusStatsEngineStats(const struct opus_proto_stats *s)
 	GROW(prefix_hit_total, prefix_hit_tokens);
 	GROW(prefix_query_total, prefix_query_tokens);
 #undef GROW
-	OpusStats->last = *s;
-	OpusStats->have_last = true;
-	add_rate_sample(now);
+	es->last = *s;
+	es->have_last = true;
+	add_rate_sample(es, now);
 	SpinLockRelease(&OpusStats->mutex);
 }
 
@@ -609,6 +626,7 @@ OpusStatsRequestSent(int i)
 		return;
 
 	t->id = slot->request_id;
+	t->model = slot->served_model < OPUS_MAX_MODELS ? slot->served_model : 0;
 	t->sent_at = now;
 	t->params = slot->params;	/* as the backend encoded them */
 	t->n_stop = slot->n_stop;
@@ -635,14 +653,15 @@ static void
 tokens_generated(OpusTrack *t, int32 n, TimestampTz now)
 {
 	int64		k = (int64) n - t->n_generated;
+	OpusEngineStats *es = &OpusStats->engines[t->model];
 
 	if (k <= 0)
 		return;
 	SpinLockAcquire(&OpusStats->mutex);
-	OpusStats->gen_total += k;
+	es->gen_total += k;
 	if (t->n_generated > 0 && t->last_token_at > 0)
 		hist_add(OPUS_HIST_ITL, ms_between(t->last_token_at, now) / k, k);
-	add_rate_sample(now);
+	add_rate_sample(es, now);
 	SpinLockRelease(&OpusStats->mutex);
 	if (t->n_generated == 0)
 		t->first_token_at = now;

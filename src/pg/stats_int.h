@@ -6,6 +6,7 @@
 #ifndef OPUS_STATS_INT_H
 #define OPUS_STATS_INT_H
 
+#include "opus_pg.h"
 #include "opus_stats.h"
 
 #include "utils/hsearch.h"
@@ -97,6 +98,30 @@ typedef struct OpusRateSample
 	int64		prompt;
 } OpusRateSample;
 
+/*
+ * One model entry's engine (entry 0 = the default model), as last started
+ * and reported: a row of pg_stat_opus_engine.  The totals count every
+ * engine that served the entry since it was declared (or the server
+ * started): a restart or a swap does not reset them.
+ */
+typedef struct OpusEngineStats
+{
+	char		model[OPUS_STAT_MODEL_LEN]; /* the file's short name */
+	char		device[OPUS_PROTO_SHORT_LEN];
+	int			threads;
+	bool		have_last;		/* `last` is from the serving engine */
+	struct opus_proto_stats last;
+	int64		gen_total;		/* from PROGRESS and DONE */
+	int64		prompt_total;	/* the rest from STATS */
+	int64		steps_total;
+	int64		preempt_total;
+	int64		prefix_hit_total;
+	int64		prefix_query_total;
+	int			n_samples;
+	int			sample_head;	/* index of the newest sample */
+	OpusRateSample samples[OPUS_RATE_SAMPLES];
+} OpusEngineStats;
+
 typedef struct OpusStatsShared
 {
 	LWLock	   *lock;			/* the pg_stat_opus hash */
@@ -105,22 +130,8 @@ typedef struct OpusStatsShared
 	int64		evictions;
 	OpusHistogram hist[OPUS_HIST__COUNT];
 
-	/* the engine, as last started and reported */
-	char		model[OPUS_STAT_MODEL_LEN];
-	char		device[OPUS_PROTO_SHORT_LEN];
-	int			threads;
-	bool		have_last;		/* `last` is from the running engine */
-	struct opus_proto_stats last;
-	/* totals over every engine since the server started */
-	int64		gen_total;
-	int64		prompt_total;
-	int64		steps_total;
-	int64		preempt_total;
-	int64		prefix_hit_total;
-	int64		prefix_query_total;
-	int			n_samples;
-	int			sample_head;	/* index of the newest sample */
-	OpusRateSample samples[OPUS_RATE_SAMPLES];
+	/* each model entry's engine (OpusModel(i) is entry i) */
+	OpusEngineStats engines[OPUS_MAX_MODELS];
 
 	int			n_slots;
 	OpusSlotActivity activity[FLEXIBLE_ARRAY_MEMBER];

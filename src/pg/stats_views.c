@@ -6,7 +6,8 @@
  *
  *   opus_stat_v1()                 pg_stat_opus
  *   opus_stat_activity_v1()        pg_stat_opus_activity
- *   opus_stat_engine_v1()          pg_stat_opus_engine
+ *   opus_stat_engine_v2()          pg_stat_opus_engine (one row per model;
+ *                                  v1: the default model's row, for 0.1.0)
  *   opus_stat_latency_v1()         pg_stat_opus_latency (count, mean, p50/p95/p99)
  *   opus_stat_latency_buckets_v1() pg_stat_opus_latency_buckets (cumulative, Prometheus style)
  *   opus_stat_reset()              pg_stat_opus_reset() (revoked from PUBLIC)
@@ -37,6 +38,7 @@
 PG_FUNCTION_INFO_V1(opus_stat_v1);
 PG_FUNCTION_INFO_V1(opus_stat_activity_v1);
 PG_FUNCTION_INFO_V1(opus_stat_engine_v1);
+PG_FUNCTION_INFO_V1(opus_stat_engine_v2);
 PG_FUNCTION_INFO_V1(opus_stat_latency_v1);
 PG_FUNCTION_INFO_V1(opus_stat_latency_buckets_v1);
 PG_FUNCTION_INFO_V1(opus_stat_reset);
@@ -294,7 +296,8 @@ process_rss(int pid)
  * are counted).  Caller holds OpusStats->mutex.
  */
 static void
-window_rates(TimestampTz now, int window_s, double *gen_rate, double *prompt_rate)
+window_rates(const OpusEngineStats *es, TimestampTz now, int window_s,
+			 double *gen_rate, double *prompt_rate)
 {
 	TimestampTz from = now - (TimestampTz) window_s * USECS_PER_SEC;
 	double		gen0 = 0,
@@ -302,9 +305,9 @@ window_rates(TimestampTz now, int window_s, double *gen_rate, double *prompt_rat
 	const OpusRateSample *newer = NULL;
 	int			j;
 
-	for (j = 0; j < OpusStats->n_samples; j++)
+	for (j = 0; j < es->n_samples; j++)
 	{
-		const OpusRateSample *s = &OpusStats->samples[(OpusStats->sample_head + OPUS_RATE_SAMPLES - j) % OPUS_RATE_SAMPLES];
+		const OpusRateSample *s = &es->samples[(es->sample_head + OPUS_RATE_SAMPLES - j) % OPUS_RATE_SAMPLES];
 
 		if (s->t <= from)
 		{
@@ -321,70 +324,96 @@ window_rates(TimestampTz now, int window_s, double *gen_rate, double *prompt_rat
 		}
 		newer = s;
 	}
-	*gen_rate = ((double) OpusStats->gen_total - gen0) / window_s;
-	*prompt_rate = ((double) OpusStats->prompt_total - prompt0) / window_s;
+	*gen_rate = ((double) es->gen_total - gen0) / window_s;
+	*prompt_rate = ((double) es->prompt_total - prompt0) / window_s;
 }
 
-#define ENG_COLS 38
-
-Datum
-opus_stat_engine_v1(PG_FUNCTION_ARGS)
+/* What every row of pg_stat_opus_engine shares: the slot pool, the log. */
+typedef struct EngineViewCommon
 {
-	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
-	OpusEngineStatus *es;
-	OpusEngineStatus e;
-	OpusStatsShared *s = palloc(offsetof(OpusStatsShared, activity));
-	TimestampTz now = GetCurrentTimestamp();
-	double		gen10,
-				prompt10,
-				gen60,
-				prompt60;
-	int			submitted = 0,
-				busy = 0;
+	TimestampTz now;
+	bool		read_all;
+	int			busy;
+	int			submitted[OPUS_MAX_MODELS]; /* waiting for the supervisor, by model asked */
 	int64		log_written,
 				log_dropped,
 				log_pending;
 	long		n_entries;
-	int64		rss;
-	Datum		values[ENG_COLS];
-	bool		nulls[ENG_COLS];
-	bool		read_all = has_privs_of_role(GetUserId(), ROLE_PG_READ_ALL_STATS);
-	int			i,
-				k = 0;
+	int64		evictions;
+	TimestampTz stats_reset;
+} EngineViewCommon;
 
-	check_stats();
-	InitMaterializedSRF(fcinfo, 0);
+static void
+engine_view_common(EngineViewCommon *c)
+{
+	int			i;
 
-	es = &OpusShared->engine;
-	SpinLockAcquire(&es->mutex);
-	memcpy(&e, es, sizeof(e));
-	SpinLockRelease(&es->mutex);
-
-	SpinLockAcquire(&OpusStats->mutex);
-	memcpy(s, OpusStats, offsetof(OpusStatsShared, activity));
-	window_rates(now, 10, &gen10, &prompt10);
-	window_rates(now, 60, &gen60, &prompt60);
-	SpinLockRelease(&OpusStats->mutex);
-
+	memset(c, 0, sizeof(*c));
+	c->now = GetCurrentTimestamp();
+	c->read_all = has_privs_of_role(GetUserId(), ROLE_PG_READ_ALL_STATS);
 	for (i = 0; i < OpusShared->n_slots; i++)
 	{
 		OpusSlot   *slot = OpusGetSlot(i);
 		OpusSlotState st;
+		int			m;
 
 		SpinLockAcquire(&slot->mutex);
 		st = slot->state;
+		m = slot->model;
 		SpinLockRelease(&slot->mutex);
-		busy += st != OPUS_SLOT_FREE;
-		submitted += st == OPUS_SLOT_SUBMITTED;
+		c->busy += st != OPUS_SLOT_FREE;
+		if (st == OPUS_SLOT_SUBMITTED && m < OPUS_MAX_MODELS)
+			c->submitted[m]++;
 	}
-	OpusLogCounters(&log_written, &log_dropped, &log_pending);
+	OpusLogCounters(&c->log_written, &c->log_dropped, &c->log_pending);
 	LWLockAcquire(OpusStats->lock, LW_SHARED);
-	n_entries = hash_get_num_entries(OpusStatHash);
+	c->n_entries = hash_get_num_entries(OpusStatHash);
 	LWLockRelease(OpusStats->lock);
+	SpinLockAcquire(&OpusStats->mutex);
+	c->evictions = OpusStats->evictions;
+	c->stats_reset = OpusStats->stats_reset;
+	SpinLockRelease(&OpusStats->mutex);
+}
+
+#define ENG_COLS 38
+
+/*
+ * The ENG_COLS columns of API version 1 for model entry m into values[] /
+ * nulls[] (from index 0), and its name into name[] (NULL: not in use).
+ * Returns false if entry m is not in use.
+ */
+static bool
+engine_row(int m, const EngineViewCommon *c, Datum *values, bool *nulls, char *name)
+{
+	OpusEngineStatus *ep = OpusModel(m);
+	OpusEngineStatus e;
+	OpusEngineStats *s = palloc(sizeof(OpusEngineStats));
+	double		gen10,
+				prompt10,
+				gen60,
+				prompt60;
+	int64		rss;
+	int			k = 0;
+
+	SpinLockAcquire(&ep->mutex);
+	memcpy(&e, ep, sizeof(e));
+	SpinLockRelease(&ep->mutex);
+	if (m > 0 && !e.in_use)
+	{
+		pfree(s);
+		return false;
+	}
+	strlcpy(name, m == 0 ? "default" : e.name, OPUS_MODEL_NAME_LEN);
+
+	SpinLockAcquire(&OpusStats->mutex);
+	memcpy(s, &OpusStats->engines[m], sizeof(*s));
+	SpinLockRelease(&OpusStats->mutex);
+	window_rates(s, c->now, 10, &gen10, &prompt10);
+	window_rates(s, c->now, 60, &gen60, &prompt60);
 	rss = e.state == OPUS_ENGINE_READY || e.state == OPUS_ENGINE_STARTING ?
 		process_rss(e.engine_pid) : -1;
 
-	memset(nulls, 0, sizeof(nulls));
+	memset(nulls, 0, sizeof(bool) * ENG_COLS);
 #define PUT_OR_NULL(cond, datum) \
 	do { if (cond) values[k++] = (datum); else nulls[k++] = true; } while (0)
 	PUT_OR_NULL(e.engine_pid > 0, Int32GetDatum(e.engine_pid));
@@ -395,7 +424,7 @@ opus_stat_engine_v1(PG_FUNCTION_ARGS)
 	PUT_OR_NULL(e.started_at != 0, TimestampTzGetDatum(e.started_at));
 	PUT_OR_NULL(e.ready_at != 0 && e.state == OPUS_ENGINE_READY, TimestampTzGetDatum(e.ready_at));
 	PUT_OR_NULL(e.ready_at != 0 && e.state == OPUS_ENGINE_READY,
-				Float8GetDatum((double) (now - e.ready_at) / USECS_PER_SEC));
+				Float8GetDatum((double) (c->now - e.ready_at) / USECS_PER_SEC));
 	values[k++] = Int64GetDatum(e.starts);
 	values[k++] = Int64GetDatum(e.restarts);
 	PUT_OR_NULL(e.last_error[0] != '\0', CStringGetTextDatum(e.last_error));
@@ -417,24 +446,74 @@ opus_stat_engine_v1(PG_FUNCTION_ARGS)
 	 * Server-wide prefix counters move with other roles' cache hits: only
 	 * for pg_read_all_stats (tenants.c, docs/tenants.md).
 	 */
-	PUT_OR_NULL(read_all, Int64GetDatum(s->prefix_hit_total));
-	PUT_OR_NULL(read_all, Int64GetDatum(s->prefix_query_total));
+	PUT_OR_NULL(c->read_all, Int64GetDatum(s->prefix_hit_total));
+	PUT_OR_NULL(c->read_all, Int64GetDatum(s->prefix_query_total));
 	values[k++] = Int64GetDatum(s->preempt_total);
-	values[k++] = Int32GetDatum(submitted + (s->have_last ? s->last.n_queued : 0));
+	values[k++] = Int32GetDatum(c->submitted[m] + (s->have_last ? s->last.n_queued : 0));
 	values[k++] = Int32GetDatum(s->have_last ? s->last.n_running : 0);
-	values[k++] = Int32GetDatum(busy);
+	/* the rest is server-wide, the same on every row */
+	values[k++] = Int32GetDatum(c->busy);
 	values[k++] = Int32GetDatum(OpusShared->n_slots);
 	PUT_OR_NULL(rss >= 0, Int64GetDatum(rss));
-	values[k++] = Int64GetDatum(log_written);
-	values[k++] = Int64GetDatum(log_dropped);
-	values[k++] = Int64GetDatum(log_pending);
-	values[k++] = Int64GetDatum((int64) n_entries);
-	values[k++] = Int64GetDatum(s->evictions);
-	values[k++] = TimestampTzGetDatum(s->stats_reset);
+	values[k++] = Int64GetDatum(c->log_written);
+	values[k++] = Int64GetDatum(c->log_dropped);
+	values[k++] = Int64GetDatum(c->log_pending);
+	values[k++] = Int64GetDatum((int64) c->n_entries);
+	values[k++] = Int64GetDatum(c->evictions);
+	values[k++] = TimestampTzGetDatum(c->stats_reset);
 #undef PUT_OR_NULL
 	Assert(k == ENG_COLS);
-	tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 	pfree(s);
+	return true;
+}
+
+/*
+ * API version 1: one row, the default model's engine (what 0.1.0's
+ * pg_stat_opus_engine showed; kept for databases not yet updated).
+ */
+Datum
+opus_stat_engine_v1(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	EngineViewCommon c;
+	Datum		values[ENG_COLS];
+	bool		nulls[ENG_COLS];
+	char		name[OPUS_MODEL_NAME_LEN];
+
+	check_stats();
+	InitMaterializedSRF(fcinfo, 0);
+	engine_view_common(&c);
+	if (engine_row(0, &c, values, nulls, name))
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+	return (Datum) 0;
+}
+
+/*
+ * API version 2: one row per declared model (its serving engine), the
+ * model's name first, then the columns of version 1.  The default model's
+ * row (name = 'default') reads as version 1's row did.
+ */
+Datum
+opus_stat_engine_v2(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	EngineViewCommon c;
+	Datum		values[1 + ENG_COLS];
+	bool		nulls[1 + ENG_COLS];
+	char		name[OPUS_MODEL_NAME_LEN];
+	int			m;
+
+	check_stats();
+	InitMaterializedSRF(fcinfo, 0);
+	engine_view_common(&c);
+	for (m = 0; m < OPUS_MAX_MODELS; m++)
+	{
+		if (!engine_row(m, &c, values + 1, nulls + 1, name))
+			continue;
+		values[0] = CStringGetTextDatum(name);
+		nulls[0] = false;
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+	}
 	return (Datum) 0;
 }
 

@@ -42,6 +42,7 @@
 #include "utils/guc.h"
 #include "utils/memutils.h"
 
+#include "opus_stats.h"
 #include "supervisor_int.h"
 
 ModelCtl	models[OPUS_MAX_MODELS];
@@ -186,6 +187,7 @@ apply_declarations(void)
 				e->engine_pid = 0;
 				e->swap_requested = e->rollback_requested = false;
 				SpinLockRelease(&e->mutex);
+				OpusStatsEngineDeclared(found);
 				ereport(LOG, (errmsg("opus_pg: model \"%s\" declared: \"%s\"", decl[k].name, decl[k].setting)));
 			}
 		}

@@ -257,8 +257,7 @@ switch_to_candidate(int m)
 	if (mc->swap_is_rollback)
 		e->rollbacks++;
 	SpinLockRelease(&e->mutex);
-	if (m == 0)
-		OpusStatsEngineSpawned(cand->cfg.path, cand->cfg.device, cand->cfg.threads);
+	OpusStatsEngineSpawned(m, cand->cfg.path, cand->cfg.device, cand->cfg.threads);
 	if (mc->swap_is_rollback && mc->swap_why[0])
 		snprintf(mc->note, sizeof(mc->note), "rolled back: %s", mc->swap_why);
 	publish_ready(m, cand);

@@ -91,6 +91,15 @@ isnt($text_tiny, $text_default, 'the two models answer differently');
 		'and the default model\'s under its own');
 	ok(defined poll_until(120, sub { sql("SELECT count(*) FROM opus_requests WHERE model = 'tiny'") >= 9 }),
 		'the request log names the model');
+	# pg_stat_opus_engine: one row per model, each with its own engine and
+	# tokens (at least 8 of the 8 it generated for each of its 8 calls).
+	is(sql("SELECT string_agg(e.name || ':' || (e.engine_pid = m.engine_pid) || ':' "
+		  . "|| (e.generated_tokens >= 64) || ':' || (e.steps > 0), ' ' ORDER BY e.name) "
+		  . "FROM pg_stat_opus_engine e JOIN opus_models m USING (name)"),
+		'default:true:true:true tiny:true:true:true',
+		'pg_stat_opus_engine: a row per model, its engine, its tokens and steps');
+	is(sql("SELECT model FROM pg_stat_opus_engine WHERE name = 'tiny'"), 'tiny1',
+		'the row names the file the model serves');
 }
 
 # ---- a job with options {"model": "tiny"}

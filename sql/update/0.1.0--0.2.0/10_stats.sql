@@ -14,3 +14,64 @@ CREATE POLICY opus_requests_own ON @extschema@.opus_requests
     USING (pg_catalog.pg_has_role(CURRENT_USER,
                                   pg_catalog.to_regrole(pg_catalog.quote_ident(username)), 'USAGE')
            OR pg_catalog.pg_has_role(CURRENT_USER, 'pg_read_all_stats', 'USAGE'));
+
+-- pg_stat_opus_engine has one row per declared model, its name first (API
+-- version 2; docs/models.md).  The view is re-pointed at the new function;
+-- opus_stat_engine_v1 stays in the library for 0.1.0's script.
+DROP VIEW @extschema@.pg_stat_opus_engine;
+DROP FUNCTION @extschema@.opus_stat_engine_v1();
+
+CREATE FUNCTION @extschema@.opus_stat_engine_v2(
+    OUT name text,
+    OUT engine_pid integer,
+    OUT state text,
+    OUT model text,
+    OUT device text,
+    OUT threads integer,
+    OUT started_at timestamp with time zone,
+    OUT ready_at timestamp with time zone,
+    OUT uptime_seconds double precision,
+    OUT starts bigint,
+    OUT restarts bigint,
+    OUT last_error text,
+    OUT last_exit text,
+    OUT steps bigint,
+    OUT batch_size integer,
+    OUT mean_batch_size double precision,
+    OUT tokens_per_sec_10s double precision,
+    OUT tokens_per_sec_1m double precision,
+    OUT prompt_tokens_per_sec_10s double precision,
+    OUT prompt_tokens_per_sec_1m double precision,
+    OUT generated_tokens bigint,
+    OUT prompt_tokens bigint,
+    OUT kv_blocks_total bigint,
+    OUT kv_blocks_used bigint,
+    OUT kv_blocks_cached bigint,
+    OUT prefix_hit_tokens bigint,
+    OUT prefix_query_tokens bigint,
+    OUT preemptions bigint,
+    OUT queue_depth integer,
+    OUT running integer,
+    OUT busy_slots integer,
+    OUT max_requests integer,
+    OUT memory_rss bigint,
+    OUT log_written bigint,
+    OUT log_dropped bigint,
+    OUT log_pending bigint,
+    OUT stat_entries bigint,
+    OUT stat_evictions bigint,
+    OUT stats_reset timestamp with time zone)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'opus_stat_engine_v2'
+LANGUAGE C VOLATILE PARALLEL RESTRICTED;
+
+COMMENT ON FUNCTION @extschema@.opus_stat_engine_v2()
+IS 'one row per declared model: its engine, scheduler and KV cache, throughput; and the request slots and log queue (API version 2 of pg_stat_opus_engine)';
+
+CREATE VIEW @extschema@.pg_stat_opus_engine AS
+    SELECT * FROM @extschema@.opus_stat_engine_v2();
+
+GRANT SELECT ON @extschema@.pg_stat_opus_engine TO PUBLIC;
+
+COMMENT ON VIEW @extschema@.pg_stat_opus_engine
+IS 'one row per model (name: default or one of opus.models): its engine process, batch and KV cache, prefix cache, tokens per second over 10 s and 1 min, queue depth, memory; server-wide request slot and log counters on every row';
