@@ -94,6 +94,62 @@ SELECT string_agg(chunk, '') IN ('positive', 'negative') AS chat_stream_is_a_cho
 FROM opus_chat_stream('[{"role": "user", "content": "I love it! Positive or negative?"}]', max_tokens => 8,
     temperature => 0, choices => ARRAY['positive', 'negative']) AS chunk;
 SELECT try($$SELECT * FROM opus_generate_stream('x', regex => 'a', choices => ARRAY['a'])$$);
+-- Asynchronous: opus_submit / opus_submit_chat take the constraint; the
+-- result satisfies it.
+SELECT opus_result(opus_submit('Your ticket number is', max_tokens => 16, temperature => 0,
+    regex => '[A-Z]{2}-\d{3}')) ~ '^[A-Z]{2}-[0-9]{3}$' AS submit_matches_regex;
+SELECT r->'choices'->0->'message'->>'content' IN ('positive', 'negative') AS submit_chat_is_a_choice,
+       r->'choices'->0->>'finish_reason' AS finish_reason
+FROM (SELECT opus_result_completion(opus_submit_chat('[{"role": "user", "content": "I love it! Positive or negative?"}]',
+    max_tokens => 8, temperature => 0, choices => ARRAY['positive', 'negative'])) AS r) s;
+SELECT jsonb_typeof((opus_result(opus_submit('A JSON object:', max_tokens => 64, temperature => 0,
+    response_format => '{"type": "json_object"}')))::jsonb) AS submit_json_object;
+SELECT try($$SELECT opus_submit('x', regex => 'a', choices => ARRAY['a'])$$);
+SELECT try($$SELECT opus_submit_chat('[{"role": "user", "content": "x"}]', grammar => E'root ::= "a" (\n')$$);
+SELECT count(*) AS nothing_queued FROM opus_async;
+-- Set-based: every row satisfies the constraint.
+SELECT count(*) AS rows, bool_and(output IN ('yes', 'no')) AS each_a_choice,
+       bool_and(finish_reason = 'stop') AS each_stopped
+FROM opus_generate_many(ARRAY['Is the sky blue? Answer:', 'Is fire cold? Answer:', 'Is water wet? Answer:'],
+    max_tokens => 8, temperature => 0, choices => ARRAY['yes', 'no']);
+SELECT ordinal, jsonb_typeof(output::jsonb -> 'ok') AS ok_type,
+       (SELECT array_agg(k ORDER BY k) FROM jsonb_object_keys(output::jsonb) k) AS keys
+FROM opus_chat_many(ARRAY['[{"role": "user", "content": "Is the sky blue? Reply in JSON."}]',
+                          '[{"role": "user", "content": "Is fire cold? Reply in JSON."}]']::jsonb[],
+    max_tokens => 32, temperature => 0,
+    response_format => '{"type": "json_schema", "json_schema": {"name": "r", "schema": {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"], "additionalProperties": false}}}')
+ORDER BY ordinal;
+SELECT key, output ~ '^[0-9]{1,3}$' AS matches_regex
+FROM opus_generate_keyed('[{"key": "a", "prompt": "One plus one is"}, {"key": "b", "prompt": "Ten times ten is"}]',
+    max_tokens => 8, temperature => 0, regex => '[0-9]{1,3}')
+ORDER BY key;
+-- the same prompt gives the same constrained output alone and in a set
+SELECT (SELECT output FROM opus_generate_many(ARRAY['Your ticket number is', 'Is fire cold? Answer:', 'Your ticket number is'],
+            max_tokens => 16, temperature => 0, regex => '[A-Z]{2}-\d{3}') WHERE ordinal = 3) =
+       opus_generate('Your ticket number is', max_tokens => 16, temperature => 0, regex => '[A-Z]{2}-\d{3}') AS same_in_a_set;
+SELECT try($$SELECT * FROM opus_generate_many(ARRAY['x'], regex => 'a', grammar => 'root ::= "a"')$$);
+SELECT try($$SELECT * FROM opus_chat_many(ARRAY['[{"role": "user", "content": "x"}]']::jsonb[], choices => ARRAY['a', 'a'])$$);
+SELECT try($$SELECT * FROM opus_generate_keyed('[{"key": 1, "prompt": "x"}]', regex => 'a(b')$$);
+-- Jobs: the constraint as options ("choices" a JSON array); every row's
+-- output satisfies it; a bad constraint is refused when the job is created.
+CREATE TABLE structured_questions (id int PRIMARY KEY, q text);
+INSERT INTO structured_questions VALUES (1, 'Is the sky blue?'), (2, 'Is fire cold?'), (3, 'Do fish swim?');
+SELECT opus_job_create('structured_yes_no', 'structured_questions', '{id}', '{{q}} Answer:', 'structured_answers',
+    options => '{"max_tokens": 8, "temperature": 0, "choices": ["yes", "no"]}') > 0 AS created;
+CALL opus_job_run('structured_yes_no');
+SELECT count(*) AS answers, bool_and(output IN ('yes', 'no')) AS each_a_choice FROM structured_answers;
+SELECT opus_job_create('structured_json', 'structured_questions', '{id}', '{{q}} Reply in JSON.', 'structured_json_answers',
+    options => '{"max_tokens": 32, "temperature": 0, "chat": true, "response_format": {"type": "json_schema", "json_schema": {"name": "r", "schema": {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"], "additionalProperties": false}}}}') > 0 AS created;
+CALL opus_job_run('structured_json');
+SELECT count(*) AS answers, bool_and(jsonb_typeof(output::jsonb -> 'ok') = 'boolean') AS each_valid FROM structured_json_answers;
+SELECT try($$SELECT opus_job_create('structured_bad', 'structured_questions', '{id}', '{{q}}', 'structured_bad_answers',
+    options => '{"regex": "a(b"}')$$);
+SELECT try($$SELECT opus_job_create('structured_bad', 'structured_questions', '{id}', '{{q}}', 'structured_bad_answers',
+    options => '{"regex": "a", "choices": ["a"]}')$$);
+SELECT try($$SELECT opus_job_alter('structured_yes_no', options => '{"choices": []}')$$);
+SELECT opus_job_drop('structured_yes_no', drop_target => true);
+SELECT opus_job_drop('structured_json', drop_target => true);
+DROP TABLE structured_questions;
 -- {"type": "text"} and all NULL: no constraint.
 SELECT length(opus_generate('Hello', max_tokens => 4, temperature => 0,
     response_format => '{"type": "text"}')) > 0 AS text_unconstrained;

@@ -20,13 +20,17 @@ CREATE FUNCTION @extschema@.opus_submit(
     stop text[] DEFAULT NULL,
     detached boolean DEFAULT true,
     model text DEFAULT NULL,
-    fallback boolean DEFAULT NULL)
+    fallback boolean DEFAULT NULL,
+    response_format jsonb DEFAULT NULL,
+    grammar text DEFAULT NULL,
+    regex text DEFAULT NULL,
+    choices text[] DEFAULT NULL)
 RETURNS bigint
 AS 'MODULE_PATHNAME', 'opus_submit'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
-COMMENT ON FUNCTION @extschema@.opus_submit(text, integer, double precision, double precision, integer, double precision, double precision, double precision, double precision, bigint, text[], boolean, text, boolean)
-IS 'queue a completion of prompt and return its request id at once; detached => false cancels it if the session ends or a transaction of the session aborts before the result is read';
+COMMENT ON FUNCTION @extschema@.opus_submit(text, integer, double precision, double precision, integer, double precision, double precision, double precision, double precision, bigint, text[], boolean, text, boolean, jsonb, text, text, text[])
+IS 'queue a completion of prompt and return its request id at once; detached => false cancels it if the session ends or a transaction of the session aborts before the result is read; response_format, grammar, regex or choices (at most one) constrain the output';
 
 CREATE FUNCTION @extschema@.opus_submit_chat(
     messages jsonb,
@@ -42,13 +46,17 @@ CREATE FUNCTION @extschema@.opus_submit_chat(
     stop text[] DEFAULT NULL,
     detached boolean DEFAULT true,
     model text DEFAULT NULL,
-    fallback boolean DEFAULT NULL)
+    fallback boolean DEFAULT NULL,
+    response_format jsonb DEFAULT NULL,
+    grammar text DEFAULT NULL,
+    regex text DEFAULT NULL,
+    choices text[] DEFAULT NULL)
 RETURNS bigint
 AS 'MODULE_PATHNAME', 'opus_submit_chat'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
-COMMENT ON FUNCTION @extschema@.opus_submit_chat(jsonb, integer, double precision, double precision, integer, double precision, double precision, double precision, double precision, bigint, text[], boolean, text, boolean)
-IS 'queue an answer to OpenAI-style chat messages and return its request id at once';
+COMMENT ON FUNCTION @extschema@.opus_submit_chat(jsonb, integer, double precision, double precision, integer, double precision, double precision, double precision, double precision, bigint, text[], boolean, text, boolean, jsonb, text, text, text[])
+IS 'queue an answer to OpenAI-style chat messages and return its request id at once; response_format, grammar, regex or choices (at most one) constrain the output';
 
 CREATE FUNCTION @extschema@.opus_result(
     id bigint,
@@ -127,14 +135,18 @@ CREATE FUNCTION @extschema@.opus_generate_many(
     stop text[] DEFAULT NULL,
     "window" integer DEFAULT NULL,
     model text DEFAULT NULL,
-    fallback boolean DEFAULT NULL)
+    fallback boolean DEFAULT NULL,
+    response_format jsonb DEFAULT NULL,
+    grammar text DEFAULT NULL,
+    regex text DEFAULT NULL,
+    choices text[] DEFAULT NULL)
 RETURNS TABLE(ordinal integer, output text, finish_reason text,
               prompt_tokens integer, completion_tokens integer)
 AS 'MODULE_PATHNAME', 'opus_generate_many'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
-COMMENT ON FUNCTION @extschema@.opus_generate_many(text[], integer, double precision, double precision, integer, double precision, double precision, double precision, double precision, bigint, text[], integer, text, boolean)
-IS 'complete every prompt, keeping "window" requests in flight so the engine batches them (NULL: up to 16); one row per prompt, in input order; any failure raises and cancels the rest';
+COMMENT ON FUNCTION @extschema@.opus_generate_many(text[], integer, double precision, double precision, integer, double precision, double precision, double precision, double precision, bigint, text[], integer, text, boolean, jsonb, text, text, text[])
+IS 'complete every prompt, keeping "window" requests in flight so the engine batches them (NULL: up to 16); one row per prompt, in input order; any failure raises and cancels the rest; response_format, grammar, regex or choices (at most one) constrain every output';
 
 CREATE FUNCTION @extschema@.opus_chat_many(
     conversations jsonb[],
@@ -150,13 +162,17 @@ CREATE FUNCTION @extschema@.opus_chat_many(
     stop text[] DEFAULT NULL,
     "window" integer DEFAULT NULL,
     model text DEFAULT NULL,
-    fallback boolean DEFAULT NULL)
+    fallback boolean DEFAULT NULL,
+    response_format jsonb DEFAULT NULL,
+    grammar text DEFAULT NULL,
+    regex text DEFAULT NULL,
+    choices text[] DEFAULT NULL)
 RETURNS TABLE(ordinal integer, output text, finish_reason text,
               prompt_tokens integer, completion_tokens integer)
 AS 'MODULE_PATHNAME', 'opus_chat_many'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
-COMMENT ON FUNCTION @extschema@.opus_chat_many(jsonb[], integer, double precision, double precision, integer, double precision, double precision, double precision, double precision, bigint, text[], integer, text, boolean)
+COMMENT ON FUNCTION @extschema@.opus_chat_many(jsonb[], integer, double precision, double precision, integer, double precision, double precision, double precision, double precision, bigint, text[], integer, text, boolean, jsonb, text, text, text[])
 IS 'answer every conversation (each an OpenAI-style messages array) like opus_generate_many';
 
 -- The keyed form: items is a JSON array of {"key": any, "prompt": text}, as
@@ -178,7 +194,11 @@ CREATE FUNCTION @extschema@.opus_generate_keyed(
     stop text[] DEFAULT NULL,
     "window" integer DEFAULT NULL,
     model text DEFAULT NULL,
-    fallback boolean DEFAULT NULL)
+    fallback boolean DEFAULT NULL,
+    response_format jsonb DEFAULT NULL,
+    grammar text DEFAULT NULL,
+    regex text DEFAULT NULL,
+    choices text[] DEFAULT NULL)
 RETURNS TABLE(key jsonb, output text, finish_reason text,
               prompt_tokens integer, completion_tokens integer)
 LANGUAGE sql VOLATILE PARALLEL UNSAFE
@@ -191,9 +211,10 @@ AS $$
               FROM pg_catalog.jsonb_array_elements(items) WITH ORDINALITY AS e(value, n)
               ORDER BY e.n),
         max_tokens, temperature, top_p, top_k, min_p, presence_penalty,
-        frequency_penalty, repetition_penalty, seed, stop, "window", model, fallback) AS g
+        frequency_penalty, repetition_penalty, seed, stop, "window", model, fallback,
+        response_format, grammar, regex, choices) AS g
     ORDER BY g.ordinal
 $$;
 
-COMMENT ON FUNCTION @extschema@.opus_generate_keyed(jsonb, integer, double precision, double precision, integer, double precision, double precision, double precision, double precision, bigint, text[], integer, text, boolean)
+COMMENT ON FUNCTION @extschema@.opus_generate_keyed(jsonb, integer, double precision, double precision, integer, double precision, double precision, double precision, double precision, bigint, text[], integer, text, boolean, jsonb, text, text, text[])
 IS 'opus_generate_many over a JSON array of {"key": ..., "prompt": ...}; returns each item''s key with its output, in input order';

@@ -1,8 +1,9 @@
 /*
  * test_params.c - the request parameter table (src/params.h): its range
  * checks and wording, and that what is written elsewhere agrees with it:
- * the README's option table (between the opus-params markers) and the SQL
- * DEFAULTs of the generation functions in sql/install/NN_*.sql.
+ * the README's option table (between the opus-params markers), the SQL
+ * DEFAULTs of the generation functions in sql/install/NN_*.sql, and the
+ * options of batch jobs (sql/install/30_jobs.sql).
  *
  *   build/unit/test_params            the checks (run from the source root)
  *   build/unit/test_params --readme   print the README option table
@@ -272,13 +273,16 @@ check_sql(const char *root)
 
 	/*
 	 * Not every generation function has these: OPUS_PARAMS_CHAT only
-	 * opus_chat and opus_chat_completion; OPUS_PARAMS_CONSTRAINT so far
-	 * the four synchronous ones and the four streaming ones.
+	 * opus_chat and opus_chat_completion; OPUS_PARAMS_CONSTRAINT the four
+	 * synchronous ones, the four streaming ones, the two asynchronous ones
+	 * (opus_submit, opus_submit_chat) and the three set-based ones
+	 * (opus_generate_many, opus_chat_many, opus_generate_keyed), and
+	 * opus_constraint_grammar itself: 14.
 	 */
 	for (int i = 0; i < OPUS_P__COUNT; i++)
 		want[i] = 8;
 #define WANT_CHAT(name, ...) want[OPUS_P_##name] = 2;
-#define WANT_CONSTRAINT(name, ...) want[OPUS_P_##name] = 8;
+#define WANT_CONSTRAINT(name, ...) want[OPUS_P_##name] = 14;
 	OPUS_PARAMS_CHAT(WANT_CHAT)
 	OPUS_PARAMS_CONSTRAINT(WANT_CONSTRAINT)
 #undef WANT_CHAT
@@ -358,6 +362,70 @@ check_sql(const char *root)
 	}
 }
 
+/*
+ * Jobs' options (sql/install/30_jobs.sql) are the generation arguments by
+ * name: every row of the request, sampling, stop, routing and constraint
+ * groups is a key opus_job_check_options accepts and an argument
+ * opus_job_submit passes to both opus_submit_chat and opus_submit.
+ */
+static void
+check_jobs(const char *root)
+{
+	char		path[4096];
+	char	   *text;
+	char	   *check;
+	char	   *submit;
+	char	   *end;
+	bool		job[OPUS_P__COUNT] = {false};
+
+#define JOB_OPTION(name, ...) job[OPUS_P_##name] = true;
+	OPUS_PARAMS_REQUEST(JOB_OPTION)
+	OPUS_PARAMS_SAMPLING(JOB_OPTION)
+	OPUS_PARAMS_TEXTS(JOB_OPTION)
+	OPUS_PARAMS_ROUTING(JOB_OPTION)
+	OPUS_PARAMS_CONSTRAINT(JOB_OPTION)
+#undef JOB_OPTION
+
+	snprintf(path, sizeof(path), "%s/sql/install/30_jobs.sql", root);
+	text = read_file(path);
+	CHECK(text != NULL, "cannot read %s", path);
+	if (!text)
+		return;
+	check = strstr(text, "CREATE FUNCTION @extschema@.opus_job_check_options(");
+	submit = strstr(text, "CREATE FUNCTION @extschema@.opus_job_submit(");
+	CHECK(check && submit, "30_jobs.sql: opus_job_check_options or opus_job_submit missing");
+	if (!check || !submit)
+	{
+		free(text);
+		return;
+	}
+	for (int i = 0; i < OPUS_P__COUNT; i++)
+	{
+		char		key[128];
+		int			n = 0;
+
+		if (!job[i])
+			continue;
+		/* the key in the list of known options (up to its RAISE) */
+		end = strstr(check, "RAISE EXCEPTION 'unknown job option");
+		snprintf(key, sizeof(key), "'%s'", opus_params[i].name);
+		{
+			char	   *k = strstr(check, key);
+
+			CHECK(k && end && k < end, "30_jobs.sql: job option %s is not accepted",
+				  opus_params[i].name);
+		}
+		/* the argument, in both calls of opus_job_submit */
+		snprintf(key, sizeof(key), " %s => ", opus_params[i].name);
+		end = strstr(submit, "$$;");
+		for (char *k = strstr(submit, key); k && end && k < end; k = strstr(k + 1, key))
+			n++;
+		CHECK(n == 2, "30_jobs.sql: opus_job_submit passes %s %d times, want 2 (chat and not)",
+			  opus_params[i].name, n);
+	}
+	free(text);
+}
+
 int
 main(int argc, char **argv)
 {
@@ -377,5 +445,6 @@ main(int argc, char **argv)
 	check_bounds();
 	check_readme(root);
 	check_sql(root);
+	check_jobs(root);
 	return UNIT_DONE();
 }

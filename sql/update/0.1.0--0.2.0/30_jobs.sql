@@ -4,6 +4,19 @@
 DROP FUNCTION @extschema@.opus_job_check_options(jsonb);
 DROP FUNCTION @extschema@.opus_job_submit(text, jsonb);
 
+-- A job option that is a JSON array of strings (stop, choices) as text[];
+-- NULL when the option is absent or null; 22023 when it is not an array.
+CREATE FUNCTION @extschema@.opus_job_option_texts(options jsonb, key text)
+RETURNS text[]
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$
+    SELECT CASE WHEN pg_catalog.jsonb_typeof(options OPERATOR(pg_catalog.->) key) OPERATOR(pg_catalog.<>) 'null'
+                THEN ARRAY(SELECT pg_catalog.jsonb_array_elements_text(options OPERATOR(pg_catalog.->) key)) END
+$$;
+
+COMMENT ON FUNCTION @extschema@.opus_job_option_texts(jsonb, text)
+IS 'internal: a job option given as a JSON array of strings (stop, choices) as text[] (NULL when absent or null)';
+
 CREATE FUNCTION @extschema@.opus_job_check_options(options jsonb)
 RETURNS void
 LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
@@ -17,12 +30,18 @@ BEGIN
     FOR k IN SELECT pg_catalog.jsonb_object_keys(options) LOOP
         IF NOT k OPERATOR(pg_catalog.=) ANY (ARRAY['max_tokens', 'temperature', 'top_p', 'top_k', 'min_p',
                 'presence_penalty', 'frequency_penalty', 'repetition_penalty', 'seed', 'stop',
-                'system', 'chat', 'model', 'fallback']) THEN
+                'system', 'chat', 'model', 'fallback', 'response_format', 'grammar', 'regex', 'choices']) THEN
             RAISE EXCEPTION 'unknown job option "%"', k
                 USING ERRCODE = 'invalid_parameter_value',
-                      HINT = 'Options are the arguments of opus_generate (max_tokens, temperature, top_p, top_k, min_p, presence_penalty, frequency_penalty, repetition_penalty, seed, stop, model, fallback), plus "system" (a system message: the rows are sent as chat) and "chat" (true: send rows as chat).';
+                      HINT = 'Options are the arguments of opus_generate (max_tokens, temperature, top_p, top_k, min_p, presence_penalty, frequency_penalty, repetition_penalty, seed, stop, model, fallback, response_format, grammar, regex, choices), plus "system" (a system message: the rows are sent as chat) and "chat" (true: send rows as chat).';
         END IF;
     END LOOP;
+    -- the output constraint is checked (and compiled) now, not at the first row
+    PERFORM @extschema@.opus_constraint_grammar(
+        response_format => options OPERATOR(pg_catalog.->) 'response_format',
+        grammar => options OPERATOR(pg_catalog.->>) 'grammar',
+        regex => options OPERATOR(pg_catalog.->>) 'regex',
+        choices => @extschema@.opus_job_option_texts(options, 'choices'));
 END
 $$;
 
@@ -33,12 +52,7 @@ CREATE FUNCTION @extschema@.opus_job_submit(prompt text, options jsonb)
 RETURNS bigint
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
 AS $$
-DECLARE
-    stop text[];
 BEGIN
-    IF options OPERATOR(pg_catalog.?) 'stop' THEN
-        stop := ARRAY(SELECT pg_catalog.jsonb_array_elements_text(options OPERATOR(pg_catalog.->) 'stop'));
-    END IF;
     IF options OPERATOR(pg_catalog.?) 'system' OR
        COALESCE((options OPERATOR(pg_catalog.->>) 'chat')::boolean, false) THEN
         RETURN @extschema@.opus_submit_chat(
@@ -57,10 +71,14 @@ BEGIN
             frequency_penalty => (options OPERATOR(pg_catalog.->>) 'frequency_penalty')::double precision,
             repetition_penalty => (options OPERATOR(pg_catalog.->>) 'repetition_penalty')::double precision,
             seed => (options OPERATOR(pg_catalog.->>) 'seed')::bigint,
-            stop => stop,
+            stop => @extschema@.opus_job_option_texts(options, 'stop'),
             detached => false,
             model => options OPERATOR(pg_catalog.->>) 'model',
-            fallback => (options OPERATOR(pg_catalog.->>) 'fallback')::boolean);
+            fallback => (options OPERATOR(pg_catalog.->>) 'fallback')::boolean,
+            response_format => options OPERATOR(pg_catalog.->) 'response_format',
+            grammar => options OPERATOR(pg_catalog.->>) 'grammar',
+            regex => options OPERATOR(pg_catalog.->>) 'regex',
+            choices => @extschema@.opus_job_option_texts(options, 'choices'));
     END IF;
     RETURN @extschema@.opus_submit(
         prompt,
@@ -73,10 +91,14 @@ BEGIN
         frequency_penalty => (options OPERATOR(pg_catalog.->>) 'frequency_penalty')::double precision,
         repetition_penalty => (options OPERATOR(pg_catalog.->>) 'repetition_penalty')::double precision,
         seed => (options OPERATOR(pg_catalog.->>) 'seed')::bigint,
-        stop => stop,
+        stop => @extschema@.opus_job_option_texts(options, 'stop'),
         detached => false,
         model => options OPERATOR(pg_catalog.->>) 'model',
-        fallback => (options OPERATOR(pg_catalog.->>) 'fallback')::boolean);
+        fallback => (options OPERATOR(pg_catalog.->>) 'fallback')::boolean,
+        response_format => options OPERATOR(pg_catalog.->) 'response_format',
+        grammar => options OPERATOR(pg_catalog.->>) 'grammar',
+        regex => options OPERATOR(pg_catalog.->>) 'regex',
+        choices => @extschema@.opus_job_option_texts(options, 'choices'));
 END
 $$;
 

@@ -162,3 +162,157 @@ LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
 COMMENT ON FUNCTION @extschema@.opus_chat_completion(jsonb, integer, double precision, double precision, integer, double precision, double precision, double precision, double precision, bigint, text[], text, boolean, jsonb, jsonb, text, text, text[])
 IS 'like opus_chat, returning an OpenAI chat.completion object with finish_reason, usage and timings (and tool_calls when the model called a tool)';
+
+-- opus_submit, opus_submit_chat and the set-based functions
+-- (opus_generate_many, opus_chat_many, opus_generate_keyed) gain the output
+-- constraint as arguments too.
+DROP FUNCTION @extschema@.opus_submit(text, integer, double precision, double precision, integer, double precision, double precision, double precision, double precision, bigint, text[], boolean, text, boolean);
+DROP FUNCTION @extschema@.opus_submit_chat(jsonb, integer, double precision, double precision, integer, double precision, double precision, double precision, double precision, bigint, text[], boolean, text, boolean);
+DROP FUNCTION @extschema@.opus_generate_keyed(jsonb, integer, double precision, double precision, integer, double precision, double precision, double precision, double precision, bigint, text[], integer, text, boolean);
+DROP FUNCTION @extschema@.opus_generate_many(text[], integer, double precision, double precision, integer, double precision, double precision, double precision, double precision, bigint, text[], integer, text, boolean);
+DROP FUNCTION @extschema@.opus_chat_many(jsonb[], integer, double precision, double precision, integer, double precision, double precision, double precision, double precision, bigint, text[], integer, text, boolean);
+
+CREATE FUNCTION @extschema@.opus_submit(
+    prompt text,
+    max_tokens integer DEFAULT NULL,
+    temperature double precision DEFAULT 1.0,
+    top_p double precision DEFAULT 1.0,
+    top_k integer DEFAULT 0,
+    min_p double precision DEFAULT 0.0,
+    presence_penalty double precision DEFAULT 0.0,
+    frequency_penalty double precision DEFAULT 0.0,
+    repetition_penalty double precision DEFAULT 1.0,
+    seed bigint DEFAULT NULL,
+    stop text[] DEFAULT NULL,
+    detached boolean DEFAULT true,
+    model text DEFAULT NULL,
+    fallback boolean DEFAULT NULL,
+    response_format jsonb DEFAULT NULL,
+    grammar text DEFAULT NULL,
+    regex text DEFAULT NULL,
+    choices text[] DEFAULT NULL)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'opus_submit'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.opus_submit(text, integer, double precision, double precision, integer, double precision, double precision, double precision, double precision, bigint, text[], boolean, text, boolean, jsonb, text, text, text[])
+IS 'queue a completion of prompt and return its request id at once; detached => false cancels it if the session ends or a transaction of the session aborts before the result is read; response_format, grammar, regex or choices (at most one) constrain the output';
+
+CREATE FUNCTION @extschema@.opus_submit_chat(
+    messages jsonb,
+    max_tokens integer DEFAULT NULL,
+    temperature double precision DEFAULT 1.0,
+    top_p double precision DEFAULT 1.0,
+    top_k integer DEFAULT 0,
+    min_p double precision DEFAULT 0.0,
+    presence_penalty double precision DEFAULT 0.0,
+    frequency_penalty double precision DEFAULT 0.0,
+    repetition_penalty double precision DEFAULT 1.0,
+    seed bigint DEFAULT NULL,
+    stop text[] DEFAULT NULL,
+    detached boolean DEFAULT true,
+    model text DEFAULT NULL,
+    fallback boolean DEFAULT NULL,
+    response_format jsonb DEFAULT NULL,
+    grammar text DEFAULT NULL,
+    regex text DEFAULT NULL,
+    choices text[] DEFAULT NULL)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'opus_submit_chat'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.opus_submit_chat(jsonb, integer, double precision, double precision, integer, double precision, double precision, double precision, double precision, bigint, text[], boolean, text, boolean, jsonb, text, text, text[])
+IS 'queue an answer to OpenAI-style chat messages and return its request id at once; response_format, grammar, regex or choices (at most one) constrain the output';
+
+CREATE FUNCTION @extschema@.opus_generate_many(
+    prompts text[],
+    max_tokens integer DEFAULT NULL,
+    temperature double precision DEFAULT 1.0,
+    top_p double precision DEFAULT 1.0,
+    top_k integer DEFAULT 0,
+    min_p double precision DEFAULT 0.0,
+    presence_penalty double precision DEFAULT 0.0,
+    frequency_penalty double precision DEFAULT 0.0,
+    repetition_penalty double precision DEFAULT 1.0,
+    seed bigint DEFAULT NULL,
+    stop text[] DEFAULT NULL,
+    "window" integer DEFAULT NULL,
+    model text DEFAULT NULL,
+    fallback boolean DEFAULT NULL,
+    response_format jsonb DEFAULT NULL,
+    grammar text DEFAULT NULL,
+    regex text DEFAULT NULL,
+    choices text[] DEFAULT NULL)
+RETURNS TABLE(ordinal integer, output text, finish_reason text,
+              prompt_tokens integer, completion_tokens integer)
+AS 'MODULE_PATHNAME', 'opus_generate_many'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.opus_generate_many(text[], integer, double precision, double precision, integer, double precision, double precision, double precision, double precision, bigint, text[], integer, text, boolean, jsonb, text, text, text[])
+IS 'complete every prompt, keeping "window" requests in flight so the engine batches them (NULL: up to 16); one row per prompt, in input order; any failure raises and cancels the rest; response_format, grammar, regex or choices (at most one) constrain every output';
+
+CREATE FUNCTION @extschema@.opus_chat_many(
+    conversations jsonb[],
+    max_tokens integer DEFAULT NULL,
+    temperature double precision DEFAULT 1.0,
+    top_p double precision DEFAULT 1.0,
+    top_k integer DEFAULT 0,
+    min_p double precision DEFAULT 0.0,
+    presence_penalty double precision DEFAULT 0.0,
+    frequency_penalty double precision DEFAULT 0.0,
+    repetition_penalty double precision DEFAULT 1.0,
+    seed bigint DEFAULT NULL,
+    stop text[] DEFAULT NULL,
+    "window" integer DEFAULT NULL,
+    model text DEFAULT NULL,
+    fallback boolean DEFAULT NULL,
+    response_format jsonb DEFAULT NULL,
+    grammar text DEFAULT NULL,
+    regex text DEFAULT NULL,
+    choices text[] DEFAULT NULL)
+RETURNS TABLE(ordinal integer, output text, finish_reason text,
+              prompt_tokens integer, completion_tokens integer)
+AS 'MODULE_PATHNAME', 'opus_chat_many'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.opus_chat_many(jsonb[], integer, double precision, double precision, integer, double precision, double precision, double precision, double precision, bigint, text[], integer, text, boolean, jsonb, text, text, text[])
+IS 'answer every conversation (each an OpenAI-style messages array) like opus_generate_many';
+
+CREATE FUNCTION @extschema@.opus_generate_keyed(
+    items jsonb,
+    max_tokens integer DEFAULT NULL,
+    temperature double precision DEFAULT 1.0,
+    top_p double precision DEFAULT 1.0,
+    top_k integer DEFAULT 0,
+    min_p double precision DEFAULT 0.0,
+    presence_penalty double precision DEFAULT 0.0,
+    frequency_penalty double precision DEFAULT 0.0,
+    repetition_penalty double precision DEFAULT 1.0,
+    seed bigint DEFAULT NULL,
+    stop text[] DEFAULT NULL,
+    "window" integer DEFAULT NULL,
+    model text DEFAULT NULL,
+    fallback boolean DEFAULT NULL,
+    response_format jsonb DEFAULT NULL,
+    grammar text DEFAULT NULL,
+    regex text DEFAULT NULL,
+    choices text[] DEFAULT NULL)
+RETURNS TABLE(key jsonb, output text, finish_reason text,
+              prompt_tokens integer, completion_tokens integer)
+LANGUAGE sql VOLATILE PARALLEL UNSAFE
+AS $$
+    SELECT items OPERATOR(pg_catalog.->) (g.ordinal OPERATOR(pg_catalog.-) 1) OPERATOR(pg_catalog.->) 'key',
+           g.output, g.finish_reason, g.prompt_tokens, g.completion_tokens
+    FROM @extschema@.opus_generate_many(
+        ARRAY(SELECT CASE pg_catalog.jsonb_typeof(e.value OPERATOR(pg_catalog.->) 'prompt')
+                         WHEN 'string' THEN e.value OPERATOR(pg_catalog.->>) 'prompt' END
+              FROM pg_catalog.jsonb_array_elements(items) WITH ORDINALITY AS e(value, n)
+              ORDER BY e.n),
+        max_tokens, temperature, top_p, top_k, min_p, presence_penalty,
+        frequency_penalty, repetition_penalty, seed, stop, "window", model, fallback,
+        response_format, grammar, regex, choices) AS g
+    ORDER BY g.ordinal
+$$;
+
+COMMENT ON FUNCTION @extschema@.opus_generate_keyed(jsonb, integer, double precision, double precision, integer, double precision, double precision, double precision, double precision, bigint, text[], integer, text, boolean, jsonb, text, text, text[])
+IS 'opus_generate_many over a JSON array of {"key": ..., "prompt": ...}; returns each item''s key with its output, in input order';
