@@ -112,6 +112,48 @@ SELECT bool_and(opus_cancel(id)) AS all_cancelled FROM held;
 -- The supervisor frees cancelled slots at its next pass.
 SELECT wait_for('SELECT busy_slots = 0 FROM opus_engine') AS slots_free;
 
+-- A finished result moves out of its slot into the result store
+-- (opus.async_result_store_size), so unread results hold no slot: one
+-- role's 12 one-token requests, each finished before the next is submitted
+-- (4 times its share of 3 slots), all succeed, every slot is free again,
+-- another role can still submit and call, and every result reads back as
+-- the synchronous answer.
+SHOW opus.async_result_store_size;
+CREATE TEMP TABLE hoard (n integer, id bigint);
+DO $$
+DECLARE
+    rid bigint;
+BEGIN
+    FOR i IN 1 .. 12 LOOP
+        rid := opus_submit('The capital of France is', max_tokens => 1, temperature => 0);
+        INSERT INTO hoard VALUES (i, rid);
+        PERFORM opus_wait(ARRAY[rid]);
+    END LOOP;
+END $$;
+SELECT count(*) AS submitted FROM hoard;
+SELECT wait_for('SELECT busy_slots = 0 FROM opus_engine') AS no_slot_held;
+SELECT count(*) AS unread, bool_and(state = 'done') AS all_done, bool_and(expires_at > finished_at) AS expire_later
+FROM opus_async WHERE id IN (SELECT id FROM hoard);
+GRANT SELECT ON hoard TO regress_opus_other;
+SET ROLE regress_opus_other;
+SELECT opus_result(opus_submit('The capital of France is', max_tokens => 1, temperature => 0)) IS NOT NULL AS other_submits;
+SELECT opus_generate('The capital of France is', max_tokens => 1, temperature => 0) IS NOT NULL AS other_sync;
+SELECT try(format('SELECT opus_result(%s)', (SELECT id FROM hoard WHERE n = 1))) ~ '^42501' AS stored_no_read;
+SELECT try(format('SELECT opus_wait(ARRAY[%s])', (SELECT id FROM hoard WHERE n = 1))) ~ '^42501' AS stored_no_wait;
+SELECT try(format('SELECT opus_cancel(%s)', (SELECT id FROM hoard WHERE n = 1))) ~ '^42501' AS stored_no_cancel;
+SELECT count(*) AS stored_visible FROM opus_async;
+RESET ROLE;
+SELECT opus_wait(ARRAY[id]) = id AS wait_sees_stored FROM hoard WHERE n = 2;
+SELECT opus_cancel(id) AS stored_cancelled FROM hoard WHERE n = 3;
+SELECT try(format('SELECT opus_result(%s)', id)) ~ '^42704' AS cancelled_gone FROM hoard WHERE n = 3;
+SELECT r->'choices'->0->>'text' = opus_generate('The capital of France is', max_tokens => 1, temperature => 0) AS completion_same,
+       r->'usage'->'completion_tokens' AS completion_tokens, r->'choices'->0->>'finish_reason' AS finish_reason
+FROM hoard, opus_result_completion(id) AS r WHERE n = 4;
+SELECT count(*) AS read, bool_and(opus_result(id) = opus_generate('The capital of France is', max_tokens => 1, temperature => 0)) AS all_same
+FROM hoard WHERE n NOT IN (3, 4);
+SELECT count(*) AS left_unread FROM opus_async;
+DROP TABLE hoard;
+
 -- detached => false: cancelled when the transaction aborts ...
 BEGIN;
 SELECT opus_submit('Count from 1 to 10000, separated by commas: 1, 2, 3,',

@@ -4,12 +4,17 @@
  *
  * An asynchronous request is an ordinary request slot (shmem.c) claimed
  * with slot->async set.  Nobody waits on it while it runs, and it is not
- * given up when the call that submitted it returns: its result stays in the
- * slot (DONE or ERROR) until a session of the same role reads it
- * (opus_result), cancels it (opus_cancel), or it has been finished for
- * longer than opus.async_retention, when the next asynchronous call frees
- * it.  The request id (bigint) names the slot and a per-slot generation, so
- * an id is never reused while the server runs.
+ * given up when the call that submitted it returns.  When it finishes, the
+ * supervisor moves its result into the result store (resultstore.c) and
+ * frees the slot, so a finished result nobody reads holds no request slot;
+ * only when the store has no room does the result stay in the slot (DONE or
+ * ERROR), as it always did before the store.  Either way the result is
+ * kept until a session of the same role reads it (opus_result), cancels it
+ * (opus_cancel), or it has been finished for longer than
+ * opus.async_retention, when the next asynchronous call frees it.  Lookups
+ * look at the slot first and the store second (see the order rule at the
+ * top of resultstore.c).  The request id (bigint) names the slot and a
+ * per-slot generation, so an id is never reused while the server runs.
  *
  * Ownership of an async slot follows the rules at the top of shmem.c, with
  * these additions (every transition under the slot's spinlock, after
@@ -27,8 +32,9 @@
  * submitting role it has the privileges of (its own role, a role it
  * inherits, or any role for a superuser); others get 42501.
  *
- * Capacity: slots are a budget.  Async requests (queued, running, or
- * finished and unread) and the windows of set-based calls (slot->bulk)
+ * Capacity: slots are a budget.  Async requests in slots (queued, running,
+ * or finished and unread where the store had no room) and the windows of
+ * set-based calls (slot->bulk)
  * together hold at most opus.max_async_requests slots, so synchronous calls
  * always find the remaining ones (the synchronous reserve), and one role
  * holds at most opus.max_async_requests_per_role of them, so one role
@@ -36,7 +42,10 @@
  * claiming: a backend that claims a slot and then counts more than allowed
  * gives its slot back (an async submit fails with 53000, a set-based call
  * waits for its own requests to finish); since every claimer counts after
- * publishing its own claim, the caps are never exceeded.
+ * publishing its own claim, the caps are never exceeded.  The result store
+ * is shared the same way: a role whose unread results fill its share of it
+ * (the fraction of the store its slot share is of the budget) cannot
+ * submit (53000) until it reads or cancels some.
  *
  * Detached or not: opus_submit(..., detached => false) ties the request to
  * the session.  Such requests are remembered in a backend-local list and
@@ -197,6 +206,7 @@ expire_results(void)
 			slot->state = OPUS_SLOT_FREE;
 		SpinLockRelease(&slot->mutex);
 	}
+	OpusResultStoreExpire(now, (int64) opus_async_retention_s * 1000);
 }
 
 /*
@@ -229,14 +239,25 @@ OpusAsyncBudgetHeld(Oid role, int *n_role)
 	return n;
 }
 
-/* What a backend sees of an async request, copied under the slot's lock. */
+/*
+ * What a backend sees of an async request: in a slot (copied under the
+ * slot's lock), or finished in the result store.
+ */
 typedef struct AsyncLookup
 {
-	OpusSlot   *slot;			/* NULL: no such async request */
+	OpusSlot   *slot;			/* NULL: not in a slot */
+	bool		stored;			/* in the result store (state DONE/ERROR) */
 	OpusSlotState state;
 	Oid			userid;
 	uint8		kind;
 } AsyncLookup;
+
+/* Whether a lookup found the request, in a slot or in the store. */
+static inline bool
+async_found(const AsyncLookup *l)
+{
+	return l->slot != NULL || l->stored;
+}
 
 static AsyncLookup
 lookup_async(int64 id)
@@ -258,6 +279,17 @@ lookup_async(int64 id)
 		l.kind = slot->kind;
 	}
 	SpinLockRelease(&slot->mutex);
+	if (l.slot == NULL)
+	{
+		bool		error = false;
+
+		/* the store second: a result is put there before its slot is freed */
+		if (OpusResultStoreLookup((uint64) id, &l.userid, &l.kind, &error))
+		{
+			l.stored = true;
+			l.state = error ? OPUS_SLOT_ERROR : OPUS_SLOT_DONE;
+		}
+	}
 	return l;
 }
 
@@ -287,7 +319,7 @@ lookup_accessible(int64 id)
 {
 	AsyncLookup l = lookup_async(id);
 
-	if (l.slot == NULL)
+	if (!async_found(&l))
 		raise_no_request(id);
 	check_access(&l, id);
 	return l;
@@ -295,8 +327,9 @@ lookup_accessible(int64 id)
 
 /*
  * Cancel async request `id` if it still exists: a queued or running one
- * becomes CANCELLED (the supervisor stops it), a finished one is dropped.
- * Returns false if it was not found (or another backend is reading it).
+ * becomes CANCELLED (the supervisor stops it), a finished one (in its slot
+ * or in the result store) is dropped.  Returns false if it was not found
+ * (or another backend is reading it).
  */
 static bool
 cancel_async(uint64 id)
@@ -333,6 +366,8 @@ cancel_async(uint64 id)
 		ConditionVariableBroadcast(&slot->cv);
 	if (wake)
 		OpusWakeSupervisor();
+	if (!found)
+		found = OpusResultStoreDrop(id);
 	return found;
 }
 
@@ -433,6 +468,25 @@ submit_async(const OpusRequest *req, bool detached)
 				 errmsg("asynchronous opus requests are disabled"),
 				 errhint("Set opus.max_async_requests above 0.")));
 
+	/* the role's share of the result store (see Capacity at the top) */
+	{
+		int			n_chunks;
+		int			used = OpusResultStoreRoleChunks(GetUserId(), &n_chunks);
+		const char *rwhich;
+		int			rcap = role_cap(&rwhich);
+		int			share = (int) Max(1, (int64) n_chunks * rcap / cap);
+
+		if (n_chunks > 0 && used >= share)
+			ereport(ERROR,
+					(errcode(ERRCODE_INSUFFICIENT_RESOURCES),
+					 errmsg("too many unread asynchronous opus results for role \"%s\"",
+							GetUserNameFromId(GetUserId(), false)),
+					 errdetail("Its unread results hold %d kB of opus.async_result_store_size; its share is %d kB (%d of %d async slots, %s).",
+							   used * (OPUS_RESULT_CHUNK / 1024), share * (OPUS_RESULT_CHUNK / 1024),
+							   rcap, cap, rwhich),
+					 errhint("Read or cancel finished requests (opus_result, opus_cancel).")));
+	}
+
 	if (!detached)
 		reserve_attached();
 
@@ -527,6 +581,8 @@ wait_async(int64 id, long timeout_ms)
 	AsyncLookup l = lookup_accessible(id);
 	bool		finished = false;
 
+	if (l.stored)
+		return true;
 	ConditionVariablePrepareToSleep(&l.slot->cv);
 	for (;;)
 	{
@@ -560,7 +616,8 @@ wait_async(int64 id, long timeout_ms)
 
 /*
  * Take the result of finished async request `id` (the caller checked
- * access): DONE/ERROR -> FILLING, copy, FREE.  Raises the request's error.
+ * access): from its slot (DONE/ERROR -> FILLING, copy, FREE) or else from
+ * the result store.  Raises the request's error.
  */
 static void
 take_result(int64 id, OpusResult *res)
@@ -582,7 +639,18 @@ take_result(int64 id, OpusResult *res)
 	}
 	SpinLockRelease(&slot->mutex);
 	if (!got)
-		raise_no_request(id);
+	{
+		bool		found;
+
+		err_code = OpusResultStoreTake((uint64) id, res, err_message, err_detail, &found);
+		if (!found)
+			raise_no_request(id);
+		forget_attached((uint64) id);
+		res->elapsed_ms = res->total_ms;
+		if (err_code != 0)
+			OpusRaiseError(err_code, err_message, err_detail);
+		return;
+	}
 
 	PG_ENSURE_ERROR_CLEANUP(abandon_callback, Int64GetDatum(id));
 	{
@@ -670,7 +738,7 @@ opus_cancel(PG_FUNCTION_ARGS)
 
 	OpusCheckPreloaded();
 	l = lookup_async(id);
-	if (l.slot == NULL)
+	if (!async_found(&l))
 		PG_RETURN_BOOL(false);
 	check_access(&l, id);
 	forget_attached((uint64) id);
@@ -710,7 +778,7 @@ opus_wait(PG_FUNCTION_ARGS)
 					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
 					 errmsg("request ids must not be null")));
 		l = lookup_async(DatumGetInt64(elems[k]));
-		if (l.slot != NULL)
+		if (async_found(&l))
 			check_access(&l, DatumGetInt64(elems[k]));
 	}
 	if (n == 0)
@@ -829,6 +897,35 @@ opus_async_requests(PG_FUNCTION_ARGS)
 																	(int64) opus_async_retention_s * 1000));
 		nulls[7] = nulls[6];
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+	}
+	/* finished results in the store */
+	{
+		int			n;
+		OpusStoredResult *r = OpusResultStoreList(&n);
+		int			k;
+
+		for (k = 0; k < n; k++)
+		{
+			Datum		values[8];
+			bool		nulls[8];
+			char	   *rolname;
+
+			if (r[k].userid != GetUserId() && !has_privs_of_role(GetUserId(), r[k].userid))
+				continue;
+			memset(nulls, 0, sizeof(nulls));
+			values[0] = Int64GetDatum((int64) r[k].request_id);
+			values[1] = CStringGetTextDatum(r[k].error ? "error" : "done");
+			values[2] = CStringGetTextDatum(r[k].kind == OPUS_KIND_CHAT ? "chat" : "generate");
+			rolname = GetUserNameFromId(r[k].userid, true);
+			values[3] = CStringGetTextDatum(rolname ? rolname : "?");
+			values[4] = Int32GetDatum(r[k].backend_pid);
+			values[5] = TimestampTzGetDatum(r[k].submit_time);
+			nulls[5] = r[k].submit_time == 0;
+			values[6] = TimestampTzGetDatum(r[k].finish_time);
+			values[7] = TimestampTzGetDatum(TimestampTzPlusMilliseconds(r[k].finish_time,
+																		(int64) opus_async_retention_s * 1000));
+			tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+		}
 	}
 	return (Datum) 0;
 }

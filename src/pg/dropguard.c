@@ -90,7 +90,7 @@ count_async(void)
 			n++;
 		SpinLockRelease(&slot->mutex);
 	}
-	return n;
+	return n + OpusResultStoreCountDb(MyDatabaseId);
 }
 
 static void

@@ -39,6 +39,7 @@ opus_shmem_request(void)
 	if (prev_shmem_request_hook)
 		prev_shmem_request_hook();
 	RequestAddinShmemSpace(OpusShmemSize());
+	OpusResultStoreShmemRequest();
 	OpusStatsShmemRequest();
 	OpusTenantShmemRequest();
 	OpusExpertsShmemRequest();
@@ -50,6 +51,7 @@ opus_shmem_startup(void)
 	if (prev_shmem_startup_hook)
 		prev_shmem_startup_hook();
 	OpusShmemInit();
+	OpusResultStoreShmemInit();
 	OpusStatsShmemInit();
 	OpusTenantShmemInit();
 	OpusExpertsShmemInit();
@@ -62,6 +64,7 @@ _PG_init(void)
 
 	OpusDefineSettings();
 	OpusDefineAsyncSettings();
+	OpusDefineResultStoreSettings(preload);
 	OpusDefineModelSettings(preload);
 	OpusDefineTenantSettings();
 	OpusStatsDefineSettings(preload);

@@ -375,6 +375,39 @@ extern int	OpusAsyncCap(void);
 extern int	OpusAsyncRoleCap(void);
 extern int	OpusAsyncBudgetHeld(Oid role, int *n_role);
 
+/* ---- finished async results nobody has read yet (resultstore.c) ---- */
+
+extern int	opus_async_result_store_kb;
+
+/* The store's unit: a result takes a chain of chunks of this many bytes. */
+#define OPUS_RESULT_CHUNK		1024
+
+/* What the opus_async view shows of a stored result. */
+typedef struct OpusStoredResult
+{
+	uint64		request_id;
+	Oid			userid;
+	int			backend_pid;
+	uint8		kind;
+	bool		error;
+	TimestampTz submit_time;
+	TimestampTz finish_time;
+} OpusStoredResult;
+
+extern void OpusDefineResultStoreSettings(bool preloading);
+extern void OpusResultStoreShmemRequest(void);
+extern void OpusResultStoreShmemInit(void);
+extern bool OpusResultStoreEnabled(void);
+extern bool OpusResultStorePut(OpusSlot *slot, bool error);
+extern bool OpusResultStoreLookup(uint64 id, Oid *userid, uint8 *kind, bool *error);
+extern int	OpusResultStoreTake(uint64 id, OpusResult *res, char *err_message,
+								char *err_detail, bool *found);
+extern bool OpusResultStoreDrop(uint64 id);
+extern void OpusResultStoreExpire(TimestampTz now, int64 retention_ms);
+extern int	OpusResultStoreRoleChunks(Oid role, int *n_chunks);
+extern int	OpusResultStoreCountDb(Oid dbid);
+extern OpusStoredResult *OpusResultStoreList(int *n);
+
 /* ---- errors (errors.c) ---- */
 
 /* PostgreSQL-side error codes that share err_code with OPUS_PROTO_ERR_*. */

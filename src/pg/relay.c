@@ -7,7 +7,8 @@
  * the request allows it) as SUBMIT frames; CANCELLED slots become CANCEL
  * frames.  Every frame an engine sends is validated here; a malformed one
  * gets that engine killed and restarted (engine_lost).  Results go into
- * the slot buffers, DONE finishes the slot.
+ * the slot buffers, DONE finishes the slot; an async request's finished
+ * result moves on to the result store (resultstore.c), freeing its slot.
  *
  * Slot ownership follows the rules at the top of shmem.c.  Local state:
  * sent_id[i] is the id of the request an engine holds for slot i whose
@@ -54,6 +55,43 @@ relay_init(void)
 }
 
 /*
+ * End a slot the supervisor owns (SUBMITTED, RUNNING or CANCELLED) whose
+ * result, usage and error fields are written: the backend waiting on it
+ * finds it DONE or ERROR.  The result of an async request moves to the
+ * result store (resultstore.c) and the slot is freed at once, so unread
+ * results do not hold slots; without room it stays in the slot.  A
+ * CANCELLED slot is freed (and what was stored for it dropped).
+ */
+static void
+publish_slot(OpusSlot *slot, bool error)
+{
+	uint64		id = slot->request_id;
+	bool		stored = false;
+	bool		cancelled = false;
+	OpusSlotState st;
+
+	slot->finish_time = GetCurrentTimestamp();
+	pg_write_barrier();
+	SpinLockAcquire(&slot->mutex);
+	st = slot->state;
+	SpinLockRelease(&slot->mutex);
+	if (slot->async && st != OPUS_SLOT_CANCELLED)
+		stored = OpusResultStorePut(slot, error);
+	SpinLockAcquire(&slot->mutex);
+	if (slot->state == OPUS_SLOT_SUBMITTED || slot->state == OPUS_SLOT_RUNNING)
+		slot->state = stored ? OPUS_SLOT_FREE : error ? OPUS_SLOT_ERROR : OPUS_SLOT_DONE;
+	else if (slot->state == OPUS_SLOT_CANCELLED)
+	{
+		slot->state = OPUS_SLOT_FREE;
+		cancelled = true;
+	}
+	SpinLockRelease(&slot->mutex);
+	if (stored && cancelled)
+		(void) OpusResultStoreDrop(id);
+	ConditionVariableBroadcast(&slot->cv);
+}
+
+/*
  * Finish a slot the supervisor owns (SUBMITTED, RUNNING or CANCELLED) with
  * an error.  A CANCELLED slot is simply freed.
  */
@@ -68,15 +106,7 @@ fail_slot(int i, int code, const char *message, const char *detail)
 	strlcpy(slot->err_detail, detail ? detail : "", sizeof(slot->err_detail));
 	slot->finish = OPUS_PROTO_FINISH_ERROR;
 	slot->result_len = 0;
-	slot->finish_time = GetCurrentTimestamp();
-	pg_write_barrier();
-	SpinLockAcquire(&slot->mutex);
-	if (slot->state == OPUS_SLOT_SUBMITTED || slot->state == OPUS_SLOT_RUNNING)
-		slot->state = OPUS_SLOT_ERROR;
-	else if (slot->state == OPUS_SLOT_CANCELLED)
-		slot->state = OPUS_SLOT_FREE;
-	SpinLockRelease(&slot->mutex);
-	ConditionVariableBroadcast(&slot->cv);
+	publish_slot(slot, true);
 	sent_id[i] = 0;
 	sent_proc[i] = NULL;
 	cancel_sent[i] = false;
@@ -281,15 +311,7 @@ finish_slot(EngineProc *p, int i, const struct opus_proto_done *d)
 	}
 	OpusStatsRequestDone(i, d, error);
 	OpusTenantCharge(slot->userid, (int64) d->n_prompt + d->n_completion);
-	slot->finish_time = GetCurrentTimestamp();
-	pg_write_barrier();
-	SpinLockAcquire(&slot->mutex);
-	if (slot->state == OPUS_SLOT_RUNNING)
-		slot->state = error ? OPUS_SLOT_ERROR : OPUS_SLOT_DONE;
-	else if (slot->state == OPUS_SLOT_CANCELLED)
-		slot->state = OPUS_SLOT_FREE;
-	SpinLockRelease(&slot->mutex);
-	ConditionVariableBroadcast(&slot->cv);
+	publish_slot(slot, error);
 	sent_id[i] = 0;
 	sent_proc[i] = NULL;
 	cancel_sent[i] = false;

@@ -45,7 +45,9 @@
  * A slot with `async` set (opus_submit) belongs to no backend once
  * SUBMITTED: any backend of a role with the submitter's privileges may
  * cancel it, and may take a DONE/ERROR result by moving it to FILLING
- * (then FREE after copying); unread results expire.  See async.c.
+ * (then FREE after copying); unread results expire.  Usually an async
+ * slot never becomes DONE/ERROR: the supervisor moves its finished result
+ * into the result store (resultstore.c) and sets FREE at once.  See async.c.
  */
 #include "postgres.h"
 
