@@ -68,6 +68,7 @@ typedef struct ResultStoreShared
 	int			n_free;
 	int			free_head;		/* first free chunk, -1 = none */
 	int			n_entries;
+	TimestampTz oldest_finish;	/* no entry finished before this (0: none) */
 	int64		stored;			/* results put since start-up */
 	int64		left_in_slot;	/* results that found no room */
 	/* int32 next[n_chunks], MAXALIGNed, then the chunks follow */
@@ -326,6 +327,8 @@ OpusResultStorePut(OpusSlot *slot, bool error)
 	Store->n_free -= need;
 	Store->n_entries++;
 	Store->stored++;
+	if (Store->oldest_finish == 0 || e->finish_time < Store->oldest_finish)
+		Store->oldest_finish = e->finish_time;
 	if (data_len > 0)
 		chain_copy(e, 0, OpusSlotBuf(slot), data_len, true);
 	if (msg_len > 0)
@@ -449,20 +452,31 @@ OpusResultStoreExpire(TimestampTz now, int64 retention_ms)
 {
 	HASH_SEQ_STATUS seq;
 	ResultEntry *e;
+	int			ms = (int) Min(retention_ms, INT_MAX);
+	TimestampTz oldest = 0;
 
 	if (!OpusResultStoreEnabled())
 		return;
-	/* unlocked peek: nothing to look at */
-	if (Store->n_entries == 0)
+	LWLockAcquire(Store->lock, LW_SHARED);
+	/* nothing stored, or nothing old enough: no scan */
+	if (Store->n_entries == 0 ||
+		!TimestampDifferenceExceeds(Store->oldest_finish, now, ms))
+	{
+		LWLockRelease(Store->lock);
 		return;
+	}
+	LWLockRelease(Store->lock);
 	LWLockAcquire(Store->lock, LW_EXCLUSIVE);
 	hash_seq_init(&seq, StoreHash);
 	while ((e = hash_seq_search(&seq)) != NULL)
 	{
 		/* dynahash allows removing the entry just returned */
-		if (TimestampDifferenceExceeds(e->finish_time, now, (int) Min(retention_ms, INT_MAX)))
+		if (TimestampDifferenceExceeds(e->finish_time, now, ms))
 			remove_entry(e);
+		else if (oldest == 0 || e->finish_time < oldest)
+			oldest = e->finish_time;
 	}
+	Store->oldest_finish = oldest;
 	LWLockRelease(Store->lock);
 }
 
