@@ -464,6 +464,7 @@ opus_proto_encode_ready(struct opus_proto_writer *w, const struct opus_proto_rea
 	opus_proto_w_u32(w, (uint32_t) m->n_head_kv);
 	opus_proto_w_u32(w, (uint32_t) m->pid);
 	opus_proto_w_u64(w, (uint64_t) m->kv_tokens);
+	opus_proto_w_u64(w, m->vocab_hash);
 	opus_proto_w_fixstr(w, m->name, sizeof(m->name));
 	opus_proto_w_fixstr(w, m->arch, sizeof(m->arch));
 	opus_proto_w_fixstr(w, m->tensor_type, sizeof(m->tensor_type));
@@ -496,6 +497,7 @@ opus_proto_parse_ready(const uint8_t *buf, size_t len,
 	m->n_head_kv = (int32_t) opus_proto_r_u32(&r);
 	m->pid = (int32_t) opus_proto_r_u32(&r);
 	m->kv_tokens = (int64_t) opus_proto_r_u64(&r);
+	m->vocab_hash = opus_proto_r_u64(&r);
 	if (!opus_proto_r_fixstr(&r, m->name, sizeof(m->name)) ||
 		!opus_proto_r_fixstr(&r, m->arch, sizeof(m->arch)) ||
 		!opus_proto_r_fixstr(&r, m->tensor_type, sizeof(m->tensor_type)) ||

@@ -62,7 +62,8 @@
 									 * 6: step target, starvation limit in HELLO;
 									 * 7: chat roles tool and tools;
 									 * 8: allow_special_tokens and a grammar
-									 * block in SUBMIT; 9: EMBED, EMBEDDING */
+									 * block in SUBMIT; 9: EMBED, EMBEDDING;
+									 * 10: vocab_hash in READY */
 #define OPUS_PROTO_HEADER_SIZE	16
 #define OPUS_PROTO_MAX_PAYLOAD	(16U * 1024 * 1024)
 #define OPUS_PROTO_MAX_STOP		OPUS_PARAM_MAX_STOP /* stop strings per request */
@@ -199,6 +200,7 @@ struct opus_proto_ready
 	int32_t		n_head_kv;
 	int32_t		pid;
 	int64_t		kv_tokens;		/* token positions the KV pool holds */
+	uint64_t	vocab_hash;		/* the vocabulary's identity (a model and its fallback share it) */
 	char		name[OPUS_PROTO_NAME_LEN];
 	char		arch[OPUS_PROTO_SHORT_LEN];
 	char		tensor_type[OPUS_PROTO_SHORT_LEN];
@@ -349,7 +351,7 @@ struct opus_proto_experts
 };
 
 #define OPUS_PROTO_HELLO_SIZE	(4 + 4 + 4 + 4 + 8 + OPUS_PROTO_SHORT_LEN + OPUS_PROTO_PATH_LEN + 5 * 4)
-#define OPUS_PROTO_READY_SIZE	(4 + 4 + 8 + 4 * 8 + 8 + OPUS_PROTO_NAME_LEN + 3 * OPUS_PROTO_SHORT_LEN)
+#define OPUS_PROTO_READY_SIZE	(4 + 4 + 8 + 4 * 8 + 8 + 8 + OPUS_PROTO_NAME_LEN + 3 * OPUS_PROTO_SHORT_LEN)
 #define OPUS_PROTO_STATS_SIZE	(4 * 4 + 9 * 8)
 #define OPUS_PROTO_PROGRESS_SIZE (4 + 5 * 4)
 #define OPUS_PROTO_EXPERTS_SIZE(n_counts) (8 + 8 * (size_t) (n_counts))

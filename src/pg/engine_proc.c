@@ -324,6 +324,9 @@ publish_ready(int m, EngineProc *p)
 	memset(&e->stats, 0, sizeof(e->stats));
 	SpinLockRelease(&e->mutex);
 	models[m].note[0] = '\0';
+	models[m].vocab_known = true;
+	models[m].n_vocab = p->info.n_vocab;
+	models[m].vocab_hash = p->info.vocab_hash;
 	OpusStatsEngineReady(m);
 	if (m == 0)
 		OpusExpertsEngineReady(&p->info);

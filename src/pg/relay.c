@@ -35,6 +35,10 @@
 #include "opus_tenants.h"
 #include "supervisor_int.h"
 
+static bool candidate_vocab_conflict(int m, const EngineProc *cand,
+									 const struct opus_proto_ready *r,
+									 char *msg, char *detail);
+
 static uint64 *sent_id;
 static EngineProc **sent_proc;
 static bool *cancel_sent;
@@ -361,6 +365,15 @@ handle_engine_frame(EngineProc *p, const struct opus_proto_header *h, const uint
 				p->info = r;
 				if (!serving)
 				{
+					char		msg[OPUS_PROTO_MSG_LEN];
+					char		detail[OPUS_PROTO_MSG_LEN];
+
+					/* a model and its fallback share a vocabulary */
+					if (candidate_vocab_conflict(m, p, &r, msg, detail))
+					{
+						swap_failed(m, msg, detail);
+						return NULL;
+					}
 					/* a swap's candidate: warm it up before it serves */
 					if (models[m].swap == OPUS_SWAP_LOADING)
 						models[m].swap = OPUS_SWAP_WARMING;
@@ -616,10 +629,117 @@ update_overload(int m, TimestampTz now)
 }
 
 /*
+ * The vocabulary rule (docs/models.md): a model and its fallback share a
+ * vocabulary.  A request that falls back keeps its max_tokens and its
+ * stop conditions and reports usage, all counted in tokens: with another
+ * vocabulary the same request would mean another amount of text, and
+ * usage would not compare.  The identity is READY's token count and
+ * vocabulary hash, known once a version of each model has been ready.
+ */
+static const char *
+entry_name(int m)
+{
+	return m == 0 ? "default" : models[m].decl.name;
+}
+
+static bool
+vocab_same(int a, int b)
+{
+	return models[a].vocab_known && models[b].vocab_known &&
+		models[a].n_vocab == models[b].n_vocab &&
+		models[a].vocab_hash == models[b].vocab_hash;
+}
+
+/*
+ * Note (log, last_error) when model m's fallback is found to have another
+ * vocabulary, and when that is no longer so.  While it is, route_request
+ * keeps m's requests on m.
+ */
+static void
+check_fallback_vocab(int m)
+{
+	ModelCtl   *mc = &models[m];
+	OpusEngineStatus *e = OpusModel(m);
+	int			f = mc->fallback;
+	bool		bad;
+	char		msg[OPUS_PROTO_MSG_LEN];
+	char		detail[OPUS_PROTO_MSG_LEN];
+
+	bad = f >= 0 && models[m].vocab_known && models[f].vocab_known && !vocab_same(m, f);
+	if (bad == mc->fallback_vocab_bad)
+		return;
+	mc->fallback_vocab_bad = bad;
+	if (f < 0)
+		return;
+	snprintf(msg, sizeof(msg), "fallback \"%s\" is not used: its vocabulary differs from this model's",
+			 entry_name(f));
+	if (bad)
+	{
+		snprintf(detail, sizeof(detail),
+				 "\"%s\" has %d tokens (vocabulary hash %016llx), \"%s\" has %d (%016llx); a model and its fallback must share a vocabulary.",
+				 entry_name(m), (int) models[m].n_vocab, (unsigned long long) models[m].vocab_hash,
+				 entry_name(f), (int) models[f].n_vocab, (unsigned long long) models[f].vocab_hash);
+		SpinLockAcquire(&e->mutex);
+		strlcpy(e->last_error, msg, sizeof(e->last_error));
+		strlcpy(e->last_error_detail, detail, sizeof(e->last_error_detail));
+		SpinLockRelease(&e->mutex);
+		ereport(LOG,
+				(errmsg("opus_pg: model \"%s\": %s", entry_name(m), msg),
+				 errdetail("%s", detail)));
+	}
+	else
+	{
+		SpinLockAcquire(&e->mutex);
+		if (strcmp(e->last_error, msg) == 0)
+			e->last_error[0] = e->last_error_detail[0] = '\0';
+		SpinLockRelease(&e->mutex);
+		ereport(LOG,
+				(errmsg("opus_pg: model \"%s\": its fallback \"%s\" shares its vocabulary again",
+						entry_name(m), entry_name(f))));
+	}
+}
+
+/*
+ * Would a candidate of model m whose READY is r break the vocabulary rule
+ * with a model it is the fallback of, or with its own fallback?  Then msg
+ * and detail say so.
+ */
+static bool
+candidate_vocab_conflict(int m, const EngineProc *cand, const struct opus_proto_ready *r,
+						 char *msg, char *detail)
+{
+	int			k;
+
+	for (k = 0; k < OPUS_MAX_MODELS; k++)
+	{
+		bool		uses_m,
+					used_by_m;
+
+		if (k == m || !models[k].declared || models[k].removing || !models[k].vocab_known)
+			continue;
+		uses_m = models[k].fallback == m;
+		used_by_m = models[m].fallback == k;
+		if (!uses_m && !used_by_m)
+			continue;
+		if (models[k].n_vocab == r->n_vocab && models[k].vocab_hash == r->vocab_hash)
+			continue;
+		snprintf(msg, OPUS_PROTO_MSG_LEN, "swap to \"%s\" refused: its vocabulary differs from model \"%s\"'s",
+				 cand->cfg.path, entry_name(k));
+		snprintf(detail, OPUS_PROTO_MSG_LEN,
+				 "\"%s\" is the fallback of \"%s\", and a model and its fallback must share a vocabulary: the new file has %d tokens (vocabulary hash %016llx), \"%s\" %d (%016llx).",
+				 uses_m ? entry_name(m) : entry_name(k), uses_m ? entry_name(k) : entry_name(m),
+				 (int) r->n_vocab, (unsigned long long) r->vocab_hash,
+				 entry_name(k), (int) models[k].n_vocab, (unsigned long long) models[k].vocab_hash);
+		return true;
+	}
+	return false;
+}
+
+/*
  * The model a SUBMITTED slot for model m goes to: m, or m's fallback
  * while m is overloaded, the request allows it (fallback => true, or NULL
  * and a batch-class session), it is a generation, and the fallback is
- * ready.
+ * ready and shares m's vocabulary.
  */
 static int
 route_request(OpusSlot *slot, int m)
@@ -642,6 +762,8 @@ route_request(OpusSlot *slot, int m)
 	SpinLockRelease(&OpusModel(f)->mutex);
 	if (fstate != OPUS_ENGINE_READY || !models[f].procs[models[f].cur].ready)
 		return m;
+	if (!vocab_same(m, f))
+		return m;
 	return f;
 }
 
@@ -653,7 +775,10 @@ process_slots(void)
 
 	for (i = 0; i < OPUS_MAX_MODELS; i++)
 		if (models[i].declared)
+		{
+			check_fallback_vocab(i);
 			update_overload(i, now);
+		}
 	for (i = 0; i < OpusShared->n_slots; i++)
 	{
 		OpusSlot   *slot = OpusGetSlot(i);

@@ -167,6 +167,8 @@ apply_declarations(void)
 				mc->probation_until = 0;
 				mc->last_logged[0] = '\0';
 				mc->note[0] = '\0';
+				mc->vocab_known = false;
+				mc->fallback_vocab_bad = false;
 				SpinLockAcquire(&e->mutex);
 				e->in_use = true;
 				e->epoch = epoch;

@@ -111,8 +111,13 @@ typedef struct ModelCtl
 	TimestampTz probation_until;
 	int64		probation_done;
 	int64		probation_errors;
+	/* the serving version's vocabulary (READY), for the fallback rule */
+	bool		vocab_known;
+	int32		n_vocab;
+	uint64		vocab_hash;
 	/* fallback under overload */
 	int			fallback;		/* model entry, -1 = none */
+	bool		fallback_vocab_bad; /* it has another vocabulary: not used */
 	double		ttft_ewma;		/* recent time to first token (ms) */
 	TimestampTz last_done;
 	bool		overloaded;

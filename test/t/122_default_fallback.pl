@@ -5,6 +5,13 @@
 # Meanwhile batch-class calls without a model (and fallback => true) are
 # served by the fallback, interactive ones wait for the default model; a
 # fallback name that is not declared is logged and changes nothing.
+#
+# The vocabulary rule: a model and its fallback share a vocabulary.  The
+# default model and "tiny" are random-weight models of one vocabulary (two
+# seeds); "odd" has another.  A swap of "tiny" (the default's fallback) to
+# odd's file is refused when the new engine reports its vocabulary, and
+# tiny keeps serving; "c", declared with odd as its fallback, names the
+# mismatch in last_error and keeps its requests under overload.
 use strict;
 use warnings;
 
@@ -14,11 +21,17 @@ use OpusTest;
 
 my $dir = PostgreSQL::Test::Utils::tempdir();
 my $engine = $ENV{OPUS_ENGINE_PATH} // 'opus_engine';
-system($engine, 'genmodel', '--shape', 'tiny', '--type', 'q8_0', '--out', "$dir/tiny.gguf") == 0
-  or BAIL_OUT("genmodel failed");
+for my $m ([ 'tiny', 1 ], [ 'main', 2 ], [ 'c', 3 ], [ 'odd', 1, '--vocab', 300 ])
+{
+	my ($name, $seed, @more) = @$m;
+	system($engine, 'genmodel', '--shape', 'tiny', '--type', 'q8_0', '--seed', $seed, @more,
+		'--out', "$dir/$name.gguf") == 0
+	  or BAIL_OUT("genmodel failed");
+}
 
 my $node = opus_node('default_fallback',
-	conf => "opus.models = 'tiny=$dir/tiny.gguf; threads=1; kv_cache_size=8'\n"
+	conf => "opus.model = '$dir/main.gguf'\nopus.kv_cache_size = 8\n"
+	  . "opus.models = 'tiny=$dir/tiny.gguf; threads=1; kv_cache_size=8'\n"
 	  . "opus.model_fallback = tiny\nopus.model_max_ttft = 300\n"
 	  . "opus.engine_liveness_timeout = 0\n");
 
@@ -51,6 +64,41 @@ is($served[0], $default_name, 'the waiting call was served by the default model'
 ok(defined poll_until(60, sub { sql("SELECT overloaded FROM opus_models WHERE name = 'default'") eq 'f' }),
 	'the default model recovers');
 is(sql("SET opus.priority = batch; " . sprintf($q, '')), $default_name, 'recovered: batch calls return');
+
+# ---- the vocabulary rule
+# A swap of the default's fallback to a file of another vocabulary: refused.
+sql("SELECT opus_model_swap('tiny', '$dir/odd.gguf')");
+ok(defined poll_until(60, sub { sql("SELECT state = 'ready' AND swapping_to IS NULL AND last_error LIKE 'swap to %' FROM opus_models WHERE name = 'tiny'") eq 't' }),
+	'a swap of the fallback to another vocabulary ends');
+like(sql("SELECT last_error FROM opus_models WHERE name = 'tiny'"),
+	qr/^swap to ".*odd\.gguf" refused: its vocabulary differs from model "default"'s$/,
+	'it is refused, and last_error says why');
+is(sql("SELECT version || ' ' || (path LIKE '%/tiny.gguf') FROM opus_models WHERE name = 'tiny'"), '1 true',
+	'tiny keeps its version and file');
+is(sql(sprintf($q, ", model => 'tiny'")), 'tiny', 'and serves');
+ok(count_log_matches($node, qr/"tiny" is the fallback of "default", and a model and its fallback must share a vocabulary: the new file has 300 tokens/) >= 1,
+	'the log names both models and the token counts');
+
+# A model whose fallback has another vocabulary: the fallback is not used.
+$node->append_conf('postgresql.conf',
+	"opus.models = 'tiny=$dir/tiny.gguf; threads=1; kv_cache_size=8, odd=$dir/odd.gguf; threads=1; kv_cache_size=8, "
+	  . "c=$dir/c.gguf; threads=1; kv_cache_size=8; fallback=odd; max_ttft=300'\n");
+$node->reload;
+ok(defined poll_until(60, sub { sql("SELECT last_error FROM opus_models WHERE name = 'c'") =~ /^fallback "odd" is not used: its vocabulary differs from this model's$/ }),
+	'a fallback of another vocabulary: last_error says it is not used');
+$pid = sql("SELECT engine_pid FROM opus_models WHERE name = 'c'");
+kill 'STOP', $pid;
+my $cq = sprintf($q, ", model => 'c'");
+my @wait_c = (start_query($node, $cq));
+ok(defined poll_until(60, sub { sql("SELECT overloaded FROM opus_models WHERE name = 'c'") eq 't' }),
+	'c misses its objective');
+push @wait_c, start_query($node, sprintf($q, ", model => 'c', fallback => true"));
+ok(defined poll_until(60, sub { sql("SELECT count(*) FROM pg_stat_opus_activity") >= 2 }),
+	'a call that allows the fallback waits for c too');
+kill 'CONT', $pid;
+@served = map { my $r = wait_query($_, 120); $r->{rc} eq '0' ? $r->{out} : "failed: $r->{err}" } @wait_c;
+is_deeply(\@served, [ 'c', 'c' ], 'both are served by c');
+is(sql("SELECT fallback_requests FROM opus_models WHERE name = 'odd'"), 0, 'odd served none');
 
 # a fallback that is not declared: logged, no fallback
 $node->append_conf('postgresql.conf', "opus.model_fallback = nosuch\n");

@@ -166,6 +166,7 @@ test_hello_ready(void)
 	r.n_head_kv = 3;
 	r.pid = 4242;
 	r.kv_tokens = 2048;
+	r.vocab_hash = 0x8000000000000001ULL;	/* all 64 bits travel */
 	strcpy(r.name, "SmolLM2");
 	strcpy(r.arch, "llama");
 	strcpy(r.tensor_type, "Q4_1");

@@ -776,6 +776,24 @@ main(void)
 		}
 	}
 
+	/* The vocabulary's identity: the same file gives the same hash, another differs. */
+	{
+		struct opus_tokenizer *a = load_tok(GOLDEN_DIR "spm-vocab.gguf", NULL);
+		struct opus_tokenizer *b = load_tok(GOLDEN_DIR "spm-vocab.gguf", NULL);
+		struct opus_tokenizer *c = load_tok(GOLDEN_DIR "wpm-vocab.gguf", NULL);
+
+		if (a && b && c)
+		{
+			CHECK(opus_tokenizer_vocab_hash(a) == opus_tokenizer_vocab_hash(b),
+				  "one vocabulary, two hashes");
+			CHECK(opus_tokenizer_vocab_hash(a) != opus_tokenizer_vocab_hash(c),
+				  "two vocabularies, one hash");
+		}
+		opus_tokenizer_free(a);
+		opus_tokenizer_free(b);
+		opus_tokenizer_free(c);
+	}
+
 	/* WordPiece: a small committed vocabulary, and the real one if present */
 	{
 		struct opus_tokenizer *t = load_tok(GOLDEN_DIR "wpm-vocab.gguf", NULL);

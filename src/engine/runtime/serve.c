@@ -1242,6 +1242,7 @@ map_kv_arena(struct serve *s, struct opus_ctx_params *cp)
 /* READY's model fields. */
 static void
 fill_ready(struct opus_proto_ready *ready, const struct opus_hparams *hp,
+		   const struct opus_tokenizer *tok,
 		   int32_t n_ctx, int64_t kv_tokens, const char *chat_template)
 {
 	const struct opus_qtype_info *qi;
@@ -1259,6 +1260,7 @@ fill_ready(struct opus_proto_ready *ready, const struct opus_hparams *hp,
 	ready->n_head_kv = hp->n_head_kv;
 	ready->pid = (int32_t) getpid();
 	ready->kv_tokens = kv_tokens;
+	ready->vocab_hash = opus_tokenizer_vocab_hash(tok);
 	snprintf(ready->name, sizeof(ready->name), "%s", hp->name);
 	snprintf(ready->arch, sizeof(ready->arch), "%s", hp->arch_name);
 	qi = opus_qtype_info((uint32_t) hp->main_type);
@@ -1287,7 +1289,7 @@ serve_start_encoder(struct serve *s, const struct opus_proto_hello *hello,
 		return opus_error_set(err, OPUS_ERR_FORMAT, "the embedding model has no context or width");
 	fprintf(stderr, "opus_engine serve: embedding model, %d dimensions, %d tokens per input, on the cpu\n",
 			s->n_embd, s->enc_ctx);
-	fill_ready(ready, hp, s->enc_ctx, 0, "none");
+	fill_ready(ready, hp, s->tok, s->enc_ctx, 0, "none");
 	return OPUS_OK;
 }
 
@@ -1382,7 +1384,7 @@ serve_start(struct serve *s, const struct opus_proto_hello *hello,
 		fprintf(stderr, "opus_engine serve: chat template: %s pattern fallback (%s)\n",
 				opus_chat_renderer_name(s->chat), opus_chat_renderer_why(s->chat));
 
-	fill_ready(ready, hp, cp.n_ctx, cp.n_blocks * cp.block_size,
+	fill_ready(ready, hp, s->tok, cp.n_ctx, cp.n_blocks * cp.block_size,
 			   opus_chat_renderer_name(s->chat));
 	return OPUS_OK;
 }

@@ -808,6 +808,39 @@ opus_tokenizer_n_vocab(const struct opus_tokenizer *t)
 	return t->n_vocab;
 }
 
+static uint64_t
+fnv1a(uint64_t h, const void *data, size_t len)
+{
+	const unsigned char *p = data;
+
+	for (size_t i = 0; i < len; i++)
+	{
+		h ^= p[i];
+		h *= 1099511628211ULL;
+	}
+	return h;
+}
+
+uint64_t
+opus_tokenizer_vocab_hash(const struct opus_tokenizer *t)
+{
+	uint64_t	h = 14695981039346656037ULL;
+	uint32_t	head[4];
+
+	head[0] = (uint32_t) t->kind;
+	head[1] = (uint32_t) t->n_vocab;
+	head[2] = (uint32_t) t->bos;
+	head[3] = (uint32_t) t->eos;
+	h = fnv1a(h, head, sizeof(head));
+	for (int32_t i = 0; i < t->n_vocab; i++)
+	{
+		h = fnv1a(h, &t->text_len[i], sizeof(t->text_len[i]));
+		h = fnv1a(h, t->text + t->text_off[i], t->text_len[i]);
+		h = fnv1a(h, &t->attr[i], 1);
+	}
+	return h;
+}
+
 int32_t
 opus_tokenizer_bos(const struct opus_tokenizer *t)
 {

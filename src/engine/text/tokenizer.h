@@ -36,6 +36,13 @@ int32_t		opus_tokenizer_eot(const struct opus_tokenizer *t);	/* -1 if none */
 bool		opus_tokenizer_is_eog(const struct opus_tokenizer *t, int32_t tok);
 /* Whether encode(add_special=true) prepends BOS (tokenizer.ggml.add_bos_token). */
 bool		opus_tokenizer_adds_bos(const struct opus_tokenizer *t);
+/*
+ * The vocabulary's identity: a 64-bit FNV-1a hash of the tokenizer kind,
+ * the token count, every token's text and attributes in id order, and the
+ * BOS/EOS ids.  Two files with the same vocabulary give the same value; a
+ * model and its fallback must (docs/models.md).
+ */
+uint64_t	opus_tokenizer_vocab_hash(const struct opus_tokenizer *t);
 
 /*
  * Encode text (len bytes, need not be NUL-terminated, may be invalid UTF-8).
