@@ -68,3 +68,31 @@ SELECT try($$SELECT opus_chat('[{"role": "robot", "content": "Hi"}]')$$);
 -- An empty list: templates test `tools` for truth, as for none.
 SELECT opus_chat(:'msgs', max_tokens => 4, temperature => 0, tools => '[]')
      = opus_chat(:'msgs', max_tokens => 4, temperature => 0) AS empty_tools;
+
+-- Every chat function takes tools (the OPUS_PARAMS_CHAT row of src/params.h):
+-- the streaming, asynchronous and set-based forms answer as opus_chat does
+-- with the same tools, and check them the same way.
+SELECT string_agg(c, '' ORDER BY n) = opus_chat(:'echo', max_tokens => 40, temperature => 0, tools => :'tools') AS stream_same
+FROM opus_chat_stream(:'echo', max_tokens => 40, temperature => 0, tools => :'tools') WITH ORDINALITY AS s(c, n);
+-- the last chunk of a stream with tools has the answer's tool calls
+SELECT c->'choices'->0->'delta'->'tool_calls'->0->'function' AS stream_call,
+       c->'choices'->0->>'finish_reason' AS finish_reason
+FROM (SELECT c, row_number() OVER () AS n, count(*) OVER () AS total
+      FROM opus_chat_stream_completion(:'echo', max_tokens => 40, temperature => 0, tools => :'tools') AS c) AS s
+WHERE n = total;
+SELECT count(*) FILTER (WHERE c->'choices'->0->'delta' ? 'tool_calls') AS chunks_with_calls,
+       bool_and(c->'choices'->0->>'finish_reason' IS DISTINCT FROM 'tool_calls') AS no_tool_finish
+FROM opus_chat_stream_completion(:'echo', max_tokens => 40, temperature => 0) AS c;
+SELECT opus_submit_chat(:'echo', max_tokens => 40, temperature => 0, tools => :'tools') AS id \gset
+SELECT c->'choices'->0->'message'->'tool_calls'->0->'function' AS async_call,
+       c->'choices'->0->>'finish_reason' AS finish_reason
+FROM opus_result_completion(:id) AS c;
+SELECT opus_submit_chat(:'echo', max_tokens => 40, temperature => 0) AS id \gset
+SELECT opus_result_completion(:id)->'choices'->0->'message' ? 'tool_calls' AS async_without_tools;
+SELECT bool_and(output = opus_chat(:'echo', max_tokens => 40, temperature => 0, tools => :'tools')) AS many_same,
+       count(*) AS n
+FROM opus_chat_many(ARRAY[:'echo', :'echo']::jsonb[], max_tokens => 40, temperature => 0, tools => :'tools');
+SELECT try($$SELECT * FROM opus_chat_stream('[{"role": "user", "content": "Hi"}]', tools => '[1]')$$);
+SELECT try($$SELECT * FROM opus_chat_stream_completion('[{"role": "user", "content": "Hi"}]', tools => '{}')$$);
+SELECT try($$SELECT opus_submit_chat('[{"role": "user", "content": "Hi"}]', tools => '[{"type": "function"}]')$$);
+SELECT try($$SELECT * FROM opus_chat_many(ARRAY['[{"role": "user", "content": "Hi"}]'::jsonb], tools => '"f"')$$);

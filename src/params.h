@@ -100,9 +100,10 @@
 	  0, "only batch-class sessions", NULL, "true: may go to the model's fallback while it is overloaded")
 
 /*
- * Chat only (opus_chat, opus_chat_completion): the tool definitions handed
- * to the model's chat template as `tools` (docs/tools.md).  Carried in the
- * SUBMIT frame as a chat item of role OPUS_ROLE_TOOLS.
+ * Chat only (every function that takes messages; test_params checks): the
+ * tool definitions handed to the model's chat template as `tools`
+ * (docs/tools.md).  Carried in the SUBMIT frame as a chat item of role
+ * OPUS_ROLE_TOOLS.
  */
 #define OPUS_PARAM_MAX_TOOLS_LEN (1024 * 1024)	/* bytes of tools JSON */
 #define OPUS_PARAMS_CHAT(X) \

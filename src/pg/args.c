@@ -5,7 +5,7 @@
  *
  * The generation functions (opus_generate, opus_chat, opus_completion,
  * opus_chat_completion, opus_submit, opus_submit_chat, opus_generate_many,
- * opus_chat_many) take the table's SQL parameters as named arguments with
+ * opus_chat_many, the streaming ones) take the table's SQL parameters as named arguments with
  * the table's DEFAULTs; a NULL argument means its default (or what the
  * table's null_means says).  No C code here knows their positions.
  */
@@ -186,8 +186,9 @@ tools_error(int index, const char *problem)
 
 /*
  * The tools argument (jsonb, OpenAI form) of a chat request: checked, then
- * put before the messages as an OPUS_ROLE_TOOLS item (its JSON text, UTF-8)
- * that the engine hands to the model's template as `tools`.
+ * kept as its JSON text (UTF-8) in req->tools; the request carries it before
+ * the messages as an OPUS_ROLE_TOOLS item, which the engine hands to the
+ * model's template as `tools`.
  */
 static void
 parse_tools(FunctionCallInfo fcinfo, int argno, OpusRequest *req)
@@ -196,9 +197,6 @@ parse_tools(FunctionCallInfo fcinfo, int argno, OpusRequest *req)
 	int			n;
 	char	   *json;
 	size_t		len;
-	uint8	   *roles;
-	const char **contents;
-	size_t	   *lens;
 
 	if (req->kind != OPUS_KIND_CHAT)
 		ereport(ERROR,
@@ -235,19 +233,8 @@ parse_tools(FunctionCallInfo fcinfo, int argno, OpusRequest *req)
 				 errmsg("tools are too long"),
 				 errdetail("The tool definitions take %zu bytes; at most %d are allowed.",
 						   len, OPUS_PARAM_MAX_TOOLS_LEN)));
-	roles = palloc(sizeof(uint8) * (req->n_messages + 1));
-	contents = palloc(sizeof(char *) * (req->n_messages + 1));
-	lens = palloc(sizeof(size_t) * (req->n_messages + 1));
-	roles[0] = OPUS_ROLE_TOOLS;
-	contents[0] = json;
-	lens[0] = len;
-	memcpy(roles + 1, req->roles, sizeof(uint8) * req->n_messages);
-	memcpy(contents + 1, req->contents, sizeof(char *) * req->n_messages);
-	memcpy(lens + 1, req->content_lens, sizeof(size_t) * req->n_messages);
-	req->roles = roles;
-	req->contents = contents;
-	req->content_lens = lens;
-	req->n_messages++;
+	req->tools = json;
+	req->tools_len = len;
 }
 
 /* Argument id of the call when the function has it and it is not NULL, else -1. */
@@ -318,6 +305,8 @@ OpusParseOptions(FunctionCallInfo fcinfo, OpusRequest *req)
 				 errmsg("%s is out of range", bad)));
 
 	req->n_stop = 0;
+	req->tools = NULL;
+	req->tools_len = 0;
 	if (pos[OPUS_P_stop] >= 0 && !PG_ARGISNULL(pos[OPUS_P_stop]))
 		parse_stop(fcinfo, pos[OPUS_P_stop], req);
 	if (pos[OPUS_P_tools] >= 0 && !PG_ARGISNULL(pos[OPUS_P_tools]))

@@ -722,7 +722,7 @@ opus_result_completion(PG_FUNCTION_ARGS)
 
 	if (!result_common(fcinfo, &res, &kind))
 		PG_RETURN_NULL();
-	PG_RETURN_DATUM(OpusCompletionJsonb(kind == OPUS_KIND_CHAT, false, &res));
+	PG_RETURN_DATUM(OpusCompletionJsonb(kind == OPUS_KIND_CHAT, res.tools, &res));
 }
 
 /*

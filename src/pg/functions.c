@@ -60,16 +60,6 @@ run_generation(FunctionCallInfo fcinfo, uint8 kind, OpusRequest *req, OpusResult
 	remember(kind, res);
 }
 
-/* Was the request given tool definitions (tools => ...)? */
-static bool
-has_tools(const OpusRequest *req)
-{
-	for (int i = 0; i < req->n_messages; i++)
-		if (req->roles[i] == OPUS_ROLE_TOOLS)
-			return true;
-	return false;
-}
-
 Datum
 opus_generate(PG_FUNCTION_ARGS)
 {
@@ -107,7 +97,7 @@ opus_chat_completion(PG_FUNCTION_ARGS)
 	OpusResult	res;
 
 	run_generation(fcinfo, OPUS_KIND_CHAT, &req, &res);
-	PG_RETURN_DATUM(OpusCompletionJsonb(true, has_tools(&req), &res));
+	PG_RETURN_DATUM(OpusCompletionJsonb(true, res.tools, &res));
 }
 
 /* ---------------------------------------------------------------------

@@ -108,6 +108,8 @@ typedef struct OpusSlot
 	bool		async;			/* opus_submit: outlives the call (async.c) */
 	bool		stream;			/* read while RUNNING (stream.c): wake per TEXT */
 	bool		bulk;			/* a set-based call's window (async.c): shares the async budget */
+	bool		tools;			/* a chat request with tool definitions: its
+								 * completion object gives tool_calls */
 	TimestampTz finish_time;	/* when it became DONE/ERROR (supervisor) */
 	ConditionVariable cv;		/* broadcast when state becomes DONE/ERROR */
 
@@ -286,11 +288,17 @@ typedef struct OpusRequest
 	/* GENERATE / TOKENIZE: UTF-8 text */
 	const char *text;
 	size_t		text_len;
-	/* CHAT: messages (UTF-8, roles OPUS_ROLE_*) */
+	/*
+	 * CHAT: messages (UTF-8, roles OPUS_ROLE_*), and the tool definitions
+	 * (tools => ..., a JSON array as UTF-8; NULL = none), sent before them
+	 * as an OPUS_ROLE_TOOLS item
+	 */
 	int			n_messages;
 	uint8	   *roles;
 	const char **contents;
 	size_t	   *content_lens;
+	const char *tools;
+	size_t		tools_len;
 	/* EMBED: text plus OPUS_PROTO_EMBED_* flags */
 	uint32		embed_flags;
 	/* DETOKENIZE */
@@ -321,6 +329,7 @@ typedef struct OpusResult
 	int			model;			/* model entry asked for */
 	int			served_model;	/* model entry that served it (a fallback?) */
 	int32		served_version; /* its version then */
+	bool		tools;			/* the request had tool definitions (OpusSlot.tools) */
 } OpusResult;
 
 extern void OpusRunRequest(const OpusRequest *req, OpusResult *res);
@@ -346,7 +355,7 @@ extern void OpusParseGeneration(FunctionCallInfo fcinfo, uint8 kind, OpusRequest
 
 /* ---- result shaping: OpenAI completion objects (result.c) ---- */
 extern Datum OpusCompletionJsonb(bool chat, bool tools, const OpusResult *res);
-extern void OpusAppendCompletionEnd(StringInfo buf, const OpusResult *res);
+extern void OpusAppendCompletionEnd(StringInfo buf, const OpusResult *res, const char *finish);
 extern char *OpusServedModelName(int model);
 
 /* ---- request parameters of the SQL functions (args.c; src/params.h) ---- */

@@ -117,6 +117,8 @@ payload_size(const OpusRequest *req)
 		case OPUS_KIND_CHAT:
 			for (i = 0; i < req->n_messages; i++)
 				n = add_size(n, 5 + req->content_lens[i]);
+			if (req->tools)
+				n = add_size(n, 5 + req->tools_len);
 			break;
 		case OPUS_KIND_DETOKENIZE:
 			n = add_size(n, mul_size(4, req->n_tokens));
@@ -141,6 +143,8 @@ data_size(const OpusRequest *req)
 		case OPUS_KIND_CHAT:
 			for (i = 0; i < req->n_messages; i++)
 				n += 5 + req->content_lens[i];
+			if (req->tools)
+				n += 5 + req->tools_len;
 			break;
 		case OPUS_KIND_DETOKENIZE:
 			n = (Size) req->n_tokens * 4;
@@ -180,7 +184,8 @@ OpusEncodeRequest(const OpusRequest *req, char *buf, Size cap,
 	opus_proto_encode_submit_tenant(&w, &tenant);
 	opus_proto_encode_submit_grammar(&w, req->grammar,
 									 req->grammar ? (uint32) req->grammar_len : 0);
-	opus_proto_encode_submit_data_head(&w, req->kind == OPUS_KIND_CHAT ? (uint32) req->n_messages :
+	opus_proto_encode_submit_data_head(&w, req->kind == OPUS_KIND_CHAT ?
+									   (uint32) req->n_messages + (req->tools ? 1 : 0) :
 									   req->kind == OPUS_KIND_DETOKENIZE ? (uint32) req->n_tokens :
 									   req->kind == OPUS_KIND_EMBED ? req->embed_flags : 0,
 									   (uint32) data_size(req));
@@ -192,6 +197,9 @@ OpusEncodeRequest(const OpusRequest *req, char *buf, Size cap,
 			opus_proto_w_bytes(&w, req->text, req->text_len);
 			break;
 		case OPUS_KIND_CHAT:
+			if (req->tools)
+				opus_proto_encode_chat_message(&w, OPUS_ROLE_TOOLS, req->tools,
+											   (uint32) req->tools_len);
 			for (i = 0; i < req->n_messages; i++)
 				opus_proto_encode_chat_message(&w, req->roles[i], req->contents[i],
 											   (uint32) req->content_lens[i]);
@@ -355,6 +363,7 @@ OpusSubmitSlot(OpusSlot *slot, const OpusRequest *req, TimestampTz start)
 	slot->model = (uint8) req->model;
 	slot->model_epoch = req->model_epoch;
 	slot->fallback = (int8) req->fallback;
+	slot->tools = req->kind == OPUS_KIND_CHAT && req->tools != NULL;
 	slot->priority = Max(opus_priority_value, current_tenant()->ceiling);
 	slot->served_model = (uint8) req->model;
 	slot->served_version = 0;
@@ -410,6 +419,7 @@ OpusCollectResult(OpusSlot *slot, OpusResult *res, char *err_message, char *err_
 	res->model = slot->model;
 	res->served_model = slot->served_model;
 	res->served_version = slot->served_version;
+	res->tools = slot->tools;
 	return 0;
 }
 

@@ -49,11 +49,12 @@ OpusServedModelName(int model)
  * The end of an OpenAI completion object after its choice's content:
  * logprobs, finish_reason, usage and timings, closing the object.  Shared
  * by the whole completions here and the last chunk of a stream (stream.c).
+ * finish: the finish_reason, or NULL for the one res gives.
  */
 void
-OpusAppendCompletionEnd(StringInfo buf, const OpusResult *res)
+OpusAppendCompletionEnd(StringInfo buf, const OpusResult *res, const char *finish)
 {
-	append_completion_end(buf, res, NULL);
+	append_completion_end(buf, res, finish);
 }
 
 /* ... with finish_reason `finish` (NULL: from res). */

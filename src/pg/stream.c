@@ -61,6 +61,9 @@ typedef struct OpusStream
 	bool		completion;		/* rows are completion chunks (jsonb) */
 	bool		sent_role;		/* the first chat chunk (with the role) is out */
 	bool		finished;		/* the request is over; the final row is next */
+	bool		tools;			/* chat completion chunks of a request with tools:
+								 * the final chunk gives the answer's tool calls */
+	StringInfoData text;		/* (tools) the answer so far */
 	char	   *cmpl_id;		/* "chatcmpl-..." shared by every chunk */
 	int64		created;
 	char	   *model;
@@ -280,11 +283,35 @@ flush_client(void)
 		(void) pq_flush();
 }
 
-/* One chat.completion.chunk / text_completion chunk as jsonb. */
+/*
+ * One chat.completion.chunk / text_completion chunk as jsonb: content (a
+ * text chunk), or the final chunk (res given).  A stream with tools ends
+ * with the answer's tool calls (toolcalls.c), if it is one, in the last
+ * chunk's delta and finish_reason "tool_calls"; its text came as content
+ * chunks before, as it was generated.
+ */
 static Datum
 chunk_jsonb(OpusStream *st, const char *content, const OpusResult *res)
 {
 	StringInfoData buf;
+	const char *calls = NULL;
+	const char *finish = NULL;
+
+	if (res != NULL && st->tools)
+	{
+		StringInfoData c;
+		char	   *rest;
+		char		prefix[32];
+
+		snprintf(prefix, sizeof(prefix), "call_%016llx_",
+				 (unsigned long long) pg_prng_uint64(&pg_global_prng_state));
+		if (OpusParseToolCalls(st->text.data, st->text.len, prefix, &c, &rest) > 0)
+		{
+			calls = c.data;
+			if (res->finish == OPUS_PROTO_FINISH_STOP)
+				finish = "tool_calls";
+		}
+	}
 
 	initStringInfo(&buf);
 	appendStringInfo(&buf, "{\"id\": ");
@@ -305,6 +332,13 @@ chunk_jsonb(OpusStream *st, const char *content, const OpusResult *res)
 			appendStringInfoString(&buf, "\"content\": ");
 			escape_json(&buf, content);
 		}
+		else if (calls != NULL)
+		{
+			if (!st->sent_role)
+				appendStringInfoString(&buf, ", ");
+			appendStringInfoString(&buf, "\"tool_calls\": ");
+			appendStringInfoString(&buf, calls);
+		}
 		appendStringInfoString(&buf, "}, ");
 		st->sent_role = true;
 	}
@@ -317,7 +351,7 @@ chunk_jsonb(OpusStream *st, const char *content, const OpusResult *res)
 	if (res == NULL)
 		appendStringInfoString(&buf, "\"logprobs\": null, \"finish_reason\": null}]}");
 	else
-		OpusAppendCompletionEnd(&buf, res);
+		OpusAppendCompletionEnd(&buf, res, finish);
 	return DirectFunctionCall1(jsonb_in, CStringGetDatum(buf.data));
 }
 
@@ -357,6 +391,9 @@ stream_srf(FunctionCallInfo fcinfo, bool chat, bool completion)
 		OpusParseGeneration(fcinfo, chat ? OPUS_KIND_CHAT : OPUS_KIND_GENERATE, &req);
 		if (completion)
 			st->model = OpusServedModelName(req.model);
+		st->tools = chat && completion && req.tools != NULL;
+		if (st->tools)
+			initStringInfo(&st->text);
 		funcctx->user_fctx = st;
 		st->econtext = rsi->econtext;
 		start_stream(st, &req);
@@ -372,6 +409,13 @@ stream_srf(FunctionCallInfo fcinfo, bool chat, bool completion)
 	{
 		char	   *content = OpusTextFromUtf8(data, len);
 
+		if (st->tools)
+		{
+			MemoryContext old = MemoryContextSwitchTo(funcctx->multi_call_memory_ctx);
+
+			appendStringInfoString(&st->text, content);
+			MemoryContextSwitchTo(old);
+		}
 		if (completion)
 			SRF_RETURN_NEXT(funcctx, chunk_jsonb(st, content, NULL));
 		SRF_RETURN_NEXT(funcctx, PointerGetDatum(cstring_to_text(content)));

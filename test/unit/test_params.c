@@ -272,8 +272,10 @@ check_sql(const char *root)
 	int			want[OPUS_P__COUNT];
 
 	/*
-	 * Not every generation function has these: OPUS_PARAMS_CHAT only
-	 * opus_chat and opus_chat_completion; OPUS_PARAMS_CONSTRAINT the four
+	 * Not every generation function has these: OPUS_PARAMS_CHAT the six
+	 * chat ones (opus_chat, opus_chat_completion, their two streaming
+	 * forms, opus_submit_chat, opus_chat_many; each function taking
+	 * messages is checked below); OPUS_PARAMS_CONSTRAINT the four
 	 * synchronous ones, the four streaming ones, the two asynchronous ones
 	 * (opus_submit, opus_submit_chat) and the three set-based ones
 	 * (opus_generate_many, opus_chat_many, opus_generate_keyed), and
@@ -281,7 +283,7 @@ check_sql(const char *root)
 	 */
 	for (int i = 0; i < OPUS_P__COUNT; i++)
 		want[i] = 8;
-#define WANT_CHAT(name, ...) want[OPUS_P_##name] = 2;
+#define WANT_CHAT(name, ...) want[OPUS_P_##name] = 6;
 #define WANT_CONSTRAINT(name, ...) want[OPUS_P_##name] = 14;
 	OPUS_PARAMS_CHAT(WANT_CHAT)
 	OPUS_PARAMS_CONSTRAINT(WANT_CONSTRAINT)
@@ -301,6 +303,10 @@ check_sql(const char *root)
 		char	   *save = NULL;
 		size_t		nl = strlen(de->d_name);
 		int			lineno = 0;
+		char		fn[128] = "";	/* the CREATE FUNCTION being read */
+		int			fn_line = 0;	/* its argument line (1 = the first) */
+		bool		chat_fn = false;	/* its first argument is messages */
+		bool		has[OPUS_P__COUNT] = {0};
 
 		if (nl < 5 || strcmp(de->d_name + nl - 4, ".sql") != 0)
 			continue;
@@ -317,6 +323,39 @@ check_sql(const char *root)
 			lineno++;
 			while (*s == ' ' || *s == '\t')
 				s++;
+
+			/*
+			 * Every function whose first argument is chat messages has
+			 * every OPUS_PARAMS_CHAT argument.
+			 */
+			if (strncmp(s, "CREATE FUNCTION ", 16) == 0)
+			{
+				snprintf(fn, sizeof(fn), "%.*s", (int) strcspn(s + 16, "("), s + 16);
+				fn_line = 0;
+				chat_fn = false;
+				memset(has, 0, sizeof(has));
+				continue;
+			}
+			if (fn[0] && strncmp(s, "RETURNS", 7) == 0)
+			{
+#define CHECK_CHAT_ARG(name, ...) \
+				CHECK(!chat_fn || has[OPUS_P_##name], "%s: %s takes chat messages but has no %s argument", \
+					  de->d_name, fn, #name);
+				OPUS_PARAMS_CHAT(CHECK_CHAT_ARG)
+#undef CHECK_CHAT_ARG
+				fn[0] = '\0';
+			}
+			if (fn[0] && ++fn_line == 1)
+				chat_fn = strncmp(s, "messages jsonb", 14) == 0 ||
+					strncmp(s, "conversations jsonb[]", 21) == 0;
+			if (fn[0])
+				for (int i = 0; i < OPUS_P__COUNT; i++)
+				{
+					size_t		len = strlen(opus_params[i].name);
+
+					if (opus_params[i].sql && strncmp(s, opus_params[i].name, len) == 0 && s[len] == ' ')
+						has[i] = true;
+				}
 			def = strstr(s, " DEFAULT ");
 			if (!def)
 				continue;

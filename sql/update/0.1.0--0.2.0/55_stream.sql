@@ -40,6 +40,7 @@ CREATE FUNCTION @extschema@.opus_chat_stream(
     stop text[] DEFAULT NULL,
     model text DEFAULT NULL,
     fallback boolean DEFAULT NULL,
+    tools jsonb DEFAULT NULL,
     response_format jsonb DEFAULT NULL,
     grammar text DEFAULT NULL,
     regex text DEFAULT NULL,
@@ -48,7 +49,7 @@ RETURNS SETOF text
 AS 'MODULE_PATHNAME', 'opus_chat_stream'
 LANGUAGE C VOLATILE PARALLEL UNSAFE ROWS 50;
 
-COMMENT ON FUNCTION @extschema@.opus_chat_stream(jsonb, integer, double precision, double precision, integer, double precision, double precision, double precision, double precision, bigint, text[], text, boolean, jsonb, text, text, text[])
+COMMENT ON FUNCTION @extschema@.opus_chat_stream(jsonb, integer, double precision, double precision, integer, double precision, double precision, double precision, double precision, bigint, text[], text, boolean, jsonb, jsonb, text, text, text[])
 IS 'stream the answer to chat messages as text chunks, one row per chunk while it is generated (options as opus_chat)';
 
 CREATE FUNCTION @extschema@.opus_generate_stream_completion(
@@ -90,6 +91,7 @@ CREATE FUNCTION @extschema@.opus_chat_stream_completion(
     stop text[] DEFAULT NULL,
     model text DEFAULT NULL,
     fallback boolean DEFAULT NULL,
+    tools jsonb DEFAULT NULL,
     response_format jsonb DEFAULT NULL,
     grammar text DEFAULT NULL,
     regex text DEFAULT NULL,
@@ -98,5 +100,5 @@ RETURNS SETOF jsonb
 AS 'MODULE_PATHNAME', 'opus_chat_stream_completion'
 LANGUAGE C VOLATILE PARALLEL UNSAFE ROWS 50;
 
-COMMENT ON FUNCTION @extschema@.opus_chat_stream_completion(jsonb, integer, double precision, double precision, integer, double precision, double precision, double precision, double precision, bigint, text[], text, boolean, jsonb, text, text, text[])
+COMMENT ON FUNCTION @extschema@.opus_chat_stream_completion(jsonb, integer, double precision, double precision, integer, double precision, double precision, double precision, double precision, bigint, text[], text, boolean, jsonb, jsonb, text, text, text[])
 IS 'like opus_chat_stream, as OpenAI chat.completion.chunk objects; the last row has finish_reason and usage';

@@ -213,6 +213,7 @@ CREATE FUNCTION @extschema@.opus_submit_chat(
     detached boolean DEFAULT true,
     model text DEFAULT NULL,
     fallback boolean DEFAULT NULL,
+    tools jsonb DEFAULT NULL,
     response_format jsonb DEFAULT NULL,
     grammar text DEFAULT NULL,
     regex text DEFAULT NULL,
@@ -221,7 +222,7 @@ RETURNS bigint
 AS 'MODULE_PATHNAME', 'opus_submit_chat'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
-COMMENT ON FUNCTION @extschema@.opus_submit_chat(jsonb, integer, double precision, double precision, integer, double precision, double precision, double precision, double precision, bigint, text[], boolean, text, boolean, jsonb, text, text, text[])
+COMMENT ON FUNCTION @extschema@.opus_submit_chat(jsonb, integer, double precision, double precision, integer, double precision, double precision, double precision, double precision, bigint, text[], boolean, text, boolean, jsonb, jsonb, text, text, text[])
 IS 'queue an answer to OpenAI-style chat messages and return its request id at once; response_format, grammar, regex or choices (at most one) constrain the output';
 
 CREATE FUNCTION @extschema@.opus_generate_many(
@@ -266,6 +267,7 @@ CREATE FUNCTION @extschema@.opus_chat_many(
     "window" integer DEFAULT NULL,
     model text DEFAULT NULL,
     fallback boolean DEFAULT NULL,
+    tools jsonb DEFAULT NULL,
     response_format jsonb DEFAULT NULL,
     grammar text DEFAULT NULL,
     regex text DEFAULT NULL,
@@ -275,7 +277,7 @@ RETURNS TABLE(ordinal integer, output text, finish_reason text,
 AS 'MODULE_PATHNAME', 'opus_chat_many'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
-COMMENT ON FUNCTION @extschema@.opus_chat_many(jsonb[], integer, double precision, double precision, integer, double precision, double precision, double precision, double precision, bigint, text[], integer, text, boolean, jsonb, text, text, text[])
+COMMENT ON FUNCTION @extschema@.opus_chat_many(jsonb[], integer, double precision, double precision, integer, double precision, double precision, double precision, double precision, bigint, text[], integer, text, boolean, jsonb, jsonb, text, text, text[])
 IS 'answer every conversation (each an OpenAI-style messages array) like opus_generate_many';
 
 CREATE FUNCTION @extschema@.opus_generate_keyed(
