@@ -100,6 +100,7 @@ typedef struct ResultEntry
 	int			model;
 	int			served_model;
 	int32		served_version;
+	bool		tools;			/* the request had tool definitions */
 	int			err_code;
 } ResultEntry;
 
@@ -314,6 +315,7 @@ OpusResultStorePut(OpusSlot *slot, bool error)
 	e->model = slot->model;
 	e->served_model = slot->served_model;
 	e->served_version = slot->served_version;
+	e->tools = slot->tools;
 	e->err_code = slot->err_code;
 	/* take `need` chunks off the free list, in order */
 	next = chunk_next();
@@ -424,6 +426,7 @@ OpusResultStoreTake(uint64 id, OpusResult *res, char *err_message, char *err_det
 		res->model = e->model;
 		res->served_model = e->served_model;
 		res->served_version = e->served_version;
+		res->tools = e->tools;
 	}
 	remove_entry(e);
 	LWLockRelease(Store->lock);
