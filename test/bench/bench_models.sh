@@ -7,6 +7,16 @@
 #   3. a live swap of model b under SESSIONS-session load: requests failed
 #      (must be 0) and p50/p99 latency before, during and after the swap.
 #
+# Next to 2, the same load against llama.cpp (test/bench/bench_models_llama.py),
+# served as llama.cpp's router and Ollama serve several models, one process
+# per model: a alone, b alone, then both processes at once (half the
+# sessions each), each with OPUS_THREADS threads as each engine has.  The
+# process is llama.cpp's server with one parallel slot per session and
+# continuous batching if LLAMA_SERVER names a llama-server binary (or one is
+# on PATH), else llama-cpp-python serving its sessions one request at a time
+# (LLAMA=0: skip).  The table puts both side by side with the ratio of
+# requests per second (opus_pg / llama.cpp).
+#
 # Model a is the default model; b and the swap target are variants made
 # with `opus_engine quantize` (Q4_0 and Q8_0 of the same weights, so their
 # greedy outputs differ).  Every request: a short prompt, max_tokens
@@ -14,7 +24,7 @@
 #
 # usage: [PG_CONFIG=...] [ENGINE=build/opus_engine] [SESSIONS=16]
 #        [PHASE=10] [TOKENS=16] [OPUS_THREADS=2] [PORT=55437]
-#        test/bench/bench_models.sh
+#        [LLAMA=1] [LLAMA_SERVER=path] test/bench/bench_models.sh
 # Needs the extension installed (make install) and the default model
 # (make model).
 set -euo pipefail
@@ -70,6 +80,7 @@ psql=("$bindir/psql" -X -q -At -h "$dir" -p "$PORT" -U postgres -d postgres)
 q() { "${psql[@]}" -c "$1"; }
 q "CREATE EXTENSION opus_pg"
 q "CREATE UNLOGGED TABLE lat (phase text, model text, t0 timestamptz, ms double precision, ok boolean)"
+q "CREATE UNLOGGED TABLE llama (phase text, model text, requests int, tokens int, p50_ms double precision)"
 wait_ready() {
 	for _ in $(seq 1 600); do
 		[ "$(q "SELECT count(*) FROM opus_models WHERE state = 'ready'")" = "$1" ] && return 0
@@ -130,6 +141,70 @@ q "SELECT phase, coalesce(model, 'all') AS model, count(*) AS requests,
           round(percentile_cont(0.5) WITHIN GROUP (ORDER BY ms)::numeric, 1) AS p50_ms
    FROM lat WHERE phase IN ('a_alone', 'b_alone', 'both') GROUP BY GROUPING SETS ((phase, model), (phase))
    HAVING model IS NOT NULL OR phase = 'both' ORDER BY phase, model NULLS LAST" | column -t -s'|'
+
+# 2b. the same against llama.cpp, one process per model
+llama_mode=none
+if [ "${LLAMA:-1}" != 0 ]; then
+	LLAMA_SERVER=${LLAMA_SERVER:-$(command -v llama-server || true)}
+	if [ -n "$LLAMA_SERVER" ] && [ -x "$LLAMA_SERVER" ]; then
+		llama_mode=server
+	elif python3 -c 'import llama_cpp' 2>/dev/null; then
+		llama_mode=sequential
+	fi
+fi
+llama_phase() {	# llama_phase NAME LABEL=FILE...  (the sessions split over them)
+	local name=$1; shift
+	local per=$((SESSIONS / $#)) pids=() k=0 spec label
+	rm -f "$dir"/llama-go "$dir"/llama-ready-*
+	for spec in "$@"; do
+		label=${spec%%=*}
+		python3 "$repo/test/bench/bench_models_llama.py" --mode "$llama_mode" \
+			--server-bin "${LLAMA_SERVER:-llama-server}" --model "${spec#*=}" --label "$label" \
+			--ready-file "$dir/llama-ready-$label" --go-file "$dir/llama-go" \
+			--sessions "$per" --seconds "$PHASE" --tokens "$TOKENS" --threads "$OPUS_THREADS" \
+			--port $((18090 + k)) --logdir "$dir" >"$dir/llama-$name-$label.out" 2>"$dir/llama-$name-$label.err" &
+		pids+=($!)
+		k=$((k + 1))
+	done
+	for _ in $(seq 1 3000); do
+		[ "$(ls "$dir"/llama-ready-* 2>/dev/null | wc -l)" = $# ] && break
+		sleep 0.1
+	done
+	touch "$dir/llama-go"
+	wait "${pids[@]}" || { echo "$0: llama.cpp failed: $(cat "$dir"/llama-"$name"-*.err | tail -3)" >&2; return 0; }
+	for spec in "$@"; do
+		label=${spec%%=*}
+		line=$(grep '^llama ' "$dir/llama-$name-$label.out" || true)
+		[ -n "$line" ] || continue
+		get() { echo "$line" | tr ' ' '\n' | sed -n "s/^$1=//p"; }
+		q "INSERT INTO llama VALUES ('$name', '$label', $(get requests), $(get tokens), $(get p50_ms))"
+	done
+}
+if [ "$llama_mode" != none ]; then
+	llama_phase a_alone "default=$MODEL"
+	llama_phase b_alone "b=$dir/b_q4_0.gguf"
+	llama_phase both "default=$MODEL" "b=$dir/b_q4_0.gguf"
+	echo
+	echo "the same against llama.cpp ($llama_mode: one process per model, $OPUS_THREADS threads each); ratio = opus_pg req/s / llama.cpp req/s"
+	q "WITH o AS (SELECT phase, model, count(*) AS n, percentile_cont(0.5) WITHIN GROUP (ORDER BY ms) AS p50
+	              FROM lat WHERE phase IN ('a_alone', 'b_alone', 'both') GROUP BY phase, model),
+	        l AS (SELECT phase, model, requests AS n, tokens, p50_ms AS p50 FROM llama),
+	        j AS (SELECT phase, model, o.n AS on_, o.p50 AS op50, l.n AS ln, l.tokens AS lt, l.p50 AS lp50
+	              FROM o FULL JOIN l USING (phase, model)
+	              UNION ALL
+	              SELECT 'both', 'all', (SELECT sum(n) FROM o WHERE phase = 'both'), NULL,
+	                     (SELECT sum(n) FROM l WHERE phase = 'both'), (SELECT sum(tokens) FROM l WHERE phase = 'both'), NULL)
+	   SELECT phase, model,
+	          round((on_ / $PHASE.0)::numeric, 2) AS opus_req_s, round((on_ * $TOKENS / $PHASE.0)::numeric, 1) AS opus_tok_s,
+	          round(op50::numeric, 1) AS opus_p50_ms,
+	          round((ln / $PHASE.0)::numeric, 2) AS llama_req_s, round((lt / $PHASE.0)::numeric, 1) AS llama_tok_s,
+	          round(lp50::numeric, 1) AS llama_p50_ms,
+	          round((on_::numeric / nullif(ln, 0)), 2) AS ratio
+	   FROM j ORDER BY phase, model = 'all', model" | column -t -s'|'
+else
+	echo
+	echo "llama.cpp: skipped (LLAMA=0, or neither llama-server nor llama-cpp-python found)"
+fi
 
 # 3. a swap under load
 run_phase swap $((3 * PHASE)) b &
