@@ -13,6 +13,8 @@ BEGIN
     END LOOP;
 END $$;
 SELECT name, state, architecture, last_error FROM opus_models WHERE name = 'minilm';
+-- The model row says which models embed (and into how many dimensions).
+SELECT name, kind, dimensions FROM opus_models ORDER BY name COLLATE "C";
 
 -- llama.cpp's pooled vector for the first golden text.
 CREATE TEMP TABLE golden AS
@@ -66,6 +68,113 @@ SELECT sqlstate_of($$SELECT opus_generate('x', model => 'minilm')$$);
 SELECT sqlstate_of($$SELECT opus_chat('[{"role": "user", "content": "hi"}]', model => 'minilm')$$);
 SELECT try($$SELECT opus_embed(NULL, 'minilm')$$);
 SELECT try($$SELECT opus_embed('x', 'nope')$$);
+
+-- Asynchronous: opus_submit_embed + opus_result_embedding give opus_embed's
+-- vector; opus_result_completion the OpenAI embeddings object; opus_result
+-- refuses an embedding (42809) without taking it, opus_result_embedding a
+-- text request; errors come back from opus_result_embedding.
+SELECT opus_submit_embed('hello world', 'minilm') AS rid \gset
+SELECT sqlstate_of(format('SELECT opus_result(%s)', :rid)) AS text_reader;
+SELECT opus_result_embedding(:rid) = opus_embed('hello world', 'minilm') AS same_as_opus_embed;
+SELECT sqlstate_of(format('SELECT opus_result_embedding(%s)', :rid)) AS read_twice;
+SELECT opus_submit_embed(g.input, 'minilm', "normalize" => false, detached => false) AS rid FROM golden g \gset
+SELECT r->>'object' AS object, r->>'model' AS model, (r->>'model_version')::int AS model_version,
+       (r#>>'{usage,prompt_tokens}')::int AS prompt_tokens,
+       jsonb_array_length(r#>'{data,0,embedding}') AS dims,
+       translate(r#>>'{data,0,embedding}', '[]', '{}')::real[] = opus_embed(g.input, 'minilm', "normalize" => false) AS exact,
+       cosine(translate(r#>>'{data,0,embedding}', '[]', '{}')::real[], g.v) >= 0.9999 AS matches_llama_cpp
+FROM golden g, LATERAL (SELECT opus_result_completion(:rid) AS r) s;
+SELECT opus_submit(prompt => 'Hi', max_tokens => 1) AS rid \gset
+SELECT sqlstate_of(format('SELECT opus_result_embedding(%s)', :rid)) AS embedding_reader;
+SELECT opus_result(:rid) IS NOT NULL AS still_readable;
+SELECT opus_submit_embed(repeat('word ', 600), 'minilm') AS rid \gset
+SELECT sqlstate_of(format('SELECT opus_result_embedding(%s)', :rid)) AS too_long;
+SELECT opus_submit_embed('x') AS rid \gset
+SELECT sqlstate_of(format('SELECT opus_result_embedding(%s)', :rid)) AS generator;
+SELECT try($$SELECT opus_submit_embed(NULL, 'minilm')$$);
+SELECT try($$SELECT opus_submit_embed('x', 'nope')$$);
+SELECT kind, count(*) FROM opus_async_requests() GROUP BY kind;
+
+-- Observability: embedding calls count in pg_stat_opus under the model
+-- (calls, prompt tokens, no completion tokens, times) and in the request
+-- log with kind 'embed'.
+CREATE TEMP TABLE embed_stats_before AS
+SELECT coalesce(sum(calls), 0) AS calls, coalesce(sum(prompt_tokens), 0) AS ptok,
+       coalesce(sum(errors), 0) AS errors
+FROM pg_stat_opus WHERE model = 'minilm' AND userid = current_user::regrole;
+SELECT count(*) AS embedded FROM opus_embed_many(ARRAY['one two three', 'four'], 'minilm');
+SELECT array_length(opus_embed('hello world', 'minilm'), 1) AS dims;
+SELECT sqlstate_of($$SELECT opus_embed(repeat('word ', 600), 'minilm')$$) AS too_long;
+SELECT s.calls - b.calls AS calls, s.prompt_tokens - b.ptok AS prompt_tokens,
+       s.errors - b.errors AS errors, s.completion_tokens, s.max_time > 0 AS timed
+FROM pg_stat_opus s, embed_stats_before b
+WHERE s.model = 'minilm' AND s.userid = current_user::regrole;
+-- (every request counted there is logged: wait for the logger to write them all)
+DO $$
+BEGIN
+    FOR i IN 1..400 LOOP
+        EXIT WHEN (SELECT count(*) FROM opus_requests WHERE model = 'minilm' AND status <> 'running')
+                = (SELECT sum(calls + errors + cancellations) FROM pg_stat_opus WHERE model = 'minilm');
+        PERFORM pg_sleep(0.05);
+    END LOOP;
+END $$;
+-- (the generate and chat errors are the 0A000 calls above)
+SELECT kind, model, status, params = '{}' AS no_params,
+       bool_and(prompt_tokens > 0) AS has_tokens,
+       bool_and(completion_tokens IS NULL OR completion_tokens = 0) AS no_completion
+FROM opus_requests WHERE model = 'minilm' AND status IN ('completed', 'error')
+GROUP BY 1, 2, 3, 4 ORDER BY kind COLLATE "C", status COLLATE "C";
+SELECT sum(prompt_tokens) = (SELECT sum(prompt_tokens) FROM pg_stat_opus WHERE model = 'minilm') AS same_tokens
+FROM opus_requests WHERE model = 'minilm' AND status = 'completed';
+-- The engine's counters (pg_stat_opus_engine): its encode calls and the tokens they encoded.
+SELECT name, steps > 0 AS steps, prompt_tokens >= (SELECT sum(prompt_tokens) FROM opus_requests
+                                                  WHERE model = 'minilm' AND status = 'completed') AS tokens
+FROM pg_stat_opus_engine WHERE name = 'minilm';
+
+-- An embedding job: the target column is real[], each row's vector is
+-- opus_embed's, with the model and version recorded; a rerun does nothing;
+-- new rows are taken; the token budget batches the window.
+CREATE TABLE embed_docs (id integer PRIMARY KEY, body text);
+INSERT INTO embed_docs SELECT i, 'Document number ' || i || ' is about ' ||
+    (ARRAY['databases', 'cats', 'the weather', 'tax filings'])[1 + i % 4] FROM generate_series(1, 40) AS i;
+SELECT opus_job_create('embed_docs', 'embed_docs', '{id}', '{{body}}', 'embed_docs_vec',
+                       target_column => 'embedding',
+                       options => '{"embed": true, "model": "minilm", "batch_tokens": 64}') > 0 AS created;
+\d embed_docs_vec
+CALL opus_job_run('embed_docs');
+SELECT count(*) AS rows, count(DISTINCT id) AS ids, bool_and(array_length(embedding, 1) = 384) AS dims
+FROM embed_docs_vec;
+SELECT bool_and(v.embedding = opus_embed(d.body, 'minilm')) AS same_as_opus_embed
+FROM embed_docs d JOIN embed_docs_vec v USING (id);
+SELECT i.state, i.model, i.model_version, count(*), bool_and(i.prompt_tokens > 0) AS tokens,
+       bool_and(i.completion_tokens IS NULL) AS no_completion
+FROM opus_job_item i JOIN opus_job j ON j.id = i.job_id WHERE j.name = 'embed_docs'
+GROUP BY 1, 2, 3;
+SELECT phase, rows_total, rows_done, rows_failed, prompt_tokens > 0 AS tokens
+FROM opus_job_progress WHERE job = 'embed_docs';
+CREATE TEMP TABLE embed_before_rerun AS SELECT id, xmin::text AS x FROM embed_docs_vec;
+INSERT INTO embed_docs VALUES (41, 'A late document'), (42, repeat('word ', 600));
+CALL opus_job_run('embed_docs');
+SELECT count(*) AS untouched FROM embed_docs_vec v JOIN embed_before_rerun b ON b.id = v.id AND b.x = v.xmin::text;
+SELECT v.embedding = opus_embed('A late document', 'minilm') AS late_row FROM embed_docs_vec v WHERE id = 41;
+SELECT state, last_sqlstate FROM opus_job_item i JOIN opus_job j ON j.id = i.job_id
+WHERE j.name = 'embed_docs' AND (i.key->>'id')::int = 42;
+-- truncate => true embeds it; a real[] target that exists is used as it is.
+CREATE TABLE embed_vec2 (id integer PRIMARY KEY, embedding real[], note text);
+SELECT opus_job_create('embed_docs2', 'embed_docs', '{id}', '{{body}}', 'embed_vec2', target_column => 'embedding',
+                       options => '{"embed": true, "model": "minilm", "truncate": true, "normalize": false}') > 0 AS created;
+SELECT * FROM opus_job_step('embed_docs2', max_rows => 50);
+SELECT count(*) AS rows, bool_and(abs(norm(embedding) - 1) > 1e-3) AS unnormalised FROM embed_vec2;
+SELECT v.embedding = opus_embed(d.body, 'minilm', "normalize" => false, truncate => true) AS same
+FROM embed_docs d JOIN embed_vec2 v USING (id) WHERE id IN (3, 42) ORDER BY id;
+-- Errors: options of generation, bad budget, a target column of another type.
+SELECT try($$SELECT opus_job_create('e1', 'embed_docs', '{id}', '{{body}}', 'e1_out', options => '{"embed": true, "max_tokens": 4}')$$);
+SELECT try($$SELECT opus_job_create('e2', 'embed_docs', '{id}', '{{body}}', 'e2_out', options => '{"embed": true, "batch_tokens": 0}')$$);
+SELECT try($$SELECT opus_job_create('e3', 'embed_docs', '{id}', '{{body}}', 'embed_vec2', target_column => 'note', options => '{"embed": true}')$$);
+SELECT try($$SELECT opus_job_create('e4', 'embed_docs', '{id}', '{{body}}', 'e4_out', options => '{"embed": "yes"}')$$);
+-- (a pgvector vector target is tested by TAP 190 where pgvector is installed)
+SELECT opus_job_drop('embed_docs', drop_target => true), opus_job_drop('embed_docs2');
+DROP TABLE embed_docs, embed_vec2;
 
 DROP FUNCTION cosine(real[], real[]);
 DROP FUNCTION norm(real[]);

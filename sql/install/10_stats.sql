@@ -193,8 +193,8 @@ REVOKE ALL ON FUNCTION @extschema@.pg_stat_opus_reset() FROM PUBLIC;
 -- the request log -----------------------------------------------------------
 --
 -- Written by the "opus_pg logger" background worker in the database named
--- by opus.database (default postgres); there it records generation requests
--- of every database on the server.  Rows of requests still running have
+-- by opus.database (default postgres); there it records generation and
+-- embedding requests (kind 'embed') of every database on the server.  Rows of requests still running have
 -- status 'running'; those a crash or restart interrupted are marked
 -- 'interrupted' when the logger starts.  Rows older than opus.log_retention
 -- are deleted.  Each user sees only their own rows (row-level security)
@@ -209,7 +209,7 @@ CREATE TABLE @extschema@.opus_requests (
     dbid oid NOT NULL,
     backend_pid integer,
     model text,
-    kind text NOT NULL CHECK (kind IN ('generate', 'chat')),
+    kind text NOT NULL CHECK (kind IN ('generate', 'chat', 'embed')),
     params jsonb NOT NULL,
     status text NOT NULL
         CHECK (status IN ('running', 'completed', 'error', 'cancelled', 'failed', 'interrupted')),
@@ -230,7 +230,7 @@ CREATE INDEX opus_requests_running ON @extschema@.opus_requests (request_id)
     WHERE status = 'running';
 
 COMMENT ON TABLE @extschema@.opus_requests
-IS 'the request log: one row per generation request (opus.log_requests, opus.log_sample_rate), written by the opus_pg logger in database opus.database; each user sees their own rows unless they have pg_read_all_stats';
+IS 'the request log: one row per generation or embedding request (opus.log_requests, opus.log_sample_rate), written by the opus_pg logger in database opus.database; each user sees their own rows unless they have pg_read_all_stats';
 
 ALTER TABLE @extschema@.opus_requests ENABLE ROW LEVEL SECURITY;
 

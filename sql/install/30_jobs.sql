@@ -77,6 +77,8 @@ CREATE TABLE @extschema@.opus_job_item (
     completion_tokens integer,
     cached_tokens integer,
     finished_at timestamp with time zone,
+    model text,                 -- the model that made the result (its name) ...
+    model_version integer,      -- ... and version (opus_models.version)
     PRIMARY KEY (job_id, item_id),
     UNIQUE (job_id, key),
     -- (job, owner) must be the job's: row-level security checks the owner
@@ -385,13 +387,37 @@ BEGIN
     IF options IS NULL OR pg_catalog.jsonb_typeof(options) OPERATOR(pg_catalog.<>) 'object' THEN
         RAISE EXCEPTION 'job options must be a JSON object' USING ERRCODE = 'invalid_parameter_value';
     END IF;
+    IF options OPERATOR(pg_catalog.?) 'embed'
+       AND pg_catalog.jsonb_typeof(options OPERATOR(pg_catalog.->) 'embed') OPERATOR(pg_catalog.<>) 'boolean' THEN
+        RAISE EXCEPTION 'job option "embed" must be true or false' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF @extschema@.opus_job_embeds(options) THEN
+        -- An embedding job: the arguments of opus_embed, and a token budget.
+        FOR k IN SELECT pg_catalog.jsonb_object_keys(options) LOOP
+            IF NOT k OPERATOR(pg_catalog.=) ANY (ARRAY['embed', 'model', 'normalize', 'truncate', 'batch_tokens']) THEN
+                RAISE EXCEPTION 'job option "%" does not apply to an embedding job', k
+                    USING ERRCODE = 'invalid_parameter_value',
+                          HINT = 'An embedding job takes the arguments of opus_embed (model, normalize, truncate) and batch_tokens.';
+            END IF;
+        END LOOP;
+        IF options OPERATOR(pg_catalog.?) 'batch_tokens'
+           AND (pg_catalog.jsonb_typeof(options OPERATOR(pg_catalog.->) 'batch_tokens') OPERATOR(pg_catalog.<>) 'number'
+                OR (options OPERATOR(pg_catalog.->>) 'batch_tokens')::numeric OPERATOR(pg_catalog.<) 1
+                OR (options OPERATOR(pg_catalog.->>) 'batch_tokens')::numeric OPERATOR(pg_catalog.>) 1000000
+                OR (options OPERATOR(pg_catalog.->>) 'batch_tokens')::numeric OPERATOR(pg_catalog.<>)
+                   pg_catalog.trunc((options OPERATOR(pg_catalog.->>) 'batch_tokens')::numeric)) THEN
+            RAISE EXCEPTION 'job option "batch_tokens" must be an integer between 1 and 1000000'
+                USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        RETURN;
+    END IF;
     FOR k IN SELECT pg_catalog.jsonb_object_keys(options) LOOP
         IF NOT k OPERATOR(pg_catalog.=) ANY (ARRAY['max_tokens', 'temperature', 'top_p', 'top_k', 'min_p',
                 'presence_penalty', 'frequency_penalty', 'repetition_penalty', 'seed', 'stop',
-                'system', 'chat', 'model', 'fallback', 'response_format', 'grammar', 'regex', 'choices']) THEN
+                'system', 'chat', 'model', 'fallback', 'response_format', 'grammar', 'regex', 'choices', 'embed']) THEN
             RAISE EXCEPTION 'unknown job option "%"', k
                 USING ERRCODE = 'invalid_parameter_value',
-                      HINT = 'Options are the arguments of opus_generate (max_tokens, temperature, top_p, top_k, min_p, presence_penalty, frequency_penalty, repetition_penalty, seed, stop, model, fallback, response_format, grammar, regex, choices), plus "system" (a system message: the rows are sent as chat) and "chat" (true: send rows as chat).';
+                      HINT = 'Options are the arguments of opus_generate (max_tokens, temperature, top_p, top_k, min_p, presence_penalty, frequency_penalty, repetition_penalty, seed, stop, model, fallback, response_format, grammar, regex, choices), plus "system" (a system message: the rows are sent as chat) and "chat" (true: send rows as chat); "embed": true makes an embedding job (model, normalize, truncate, batch_tokens).';
         END IF;
     END LOOP;
     -- the output constraint is checked (and compiled) now, not at the first row
@@ -405,6 +431,17 @@ $$;
 
 COMMENT ON FUNCTION @extschema@.opus_job_check_options(jsonb)
 IS 'internal: raise 22023 for an option key a job does not know';
+
+-- Whether a job's options make it an embedding job.
+CREATE FUNCTION @extschema@.opus_job_embeds(options jsonb)
+RETURNS boolean
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$
+    SELECT COALESCE(options OPERATOR(pg_catalog.->) 'embed' OPERATOR(pg_catalog.=) 'true'::jsonb, false)
+$$;
+
+COMMENT ON FUNCTION @extschema@.opus_job_embeds(jsonb)
+IS 'internal: true for the options of an embedding job ("embed": true)';
 
 -- Submit one prompt with a job's options; returns the request id.  The
 -- request is attached to the session (detached => false): an interrupted
@@ -466,6 +503,24 @@ $$;
 COMMENT ON FUNCTION @extschema@.opus_job_submit(text, jsonb)
 IS 'internal: submit one prompt with a job''s options, attached to the session';
 
+-- The same for a row of an embedding job (opus_submit_embed).
+CREATE FUNCTION @extschema@.opus_job_submit_embed(input text, options jsonb)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+AS $$
+BEGIN
+    RETURN @extschema@.opus_submit_embed(
+        input,
+        options OPERATOR(pg_catalog.->>) 'model',
+        (options OPERATOR(pg_catalog.->>) 'normalize')::boolean,
+        (options OPERATOR(pg_catalog.->>) 'truncate')::boolean,
+        detached => false);
+END
+$$;
+
+COMMENT ON FUNCTION @extschema@.opus_job_submit_embed(text, jsonb)
+IS 'internal: submit one input of an embedding job with its options, attached to the session';
+
 -- Whether retrying cannot help an error: bad data or arguments (22), limits
 -- (54, prompt too long), unsupported (0A), and errors of the SQL itself (42,
 -- except 42704: a request that vanished).
@@ -494,11 +549,15 @@ COMMENT ON FUNCTION @extschema@.opus_job_error_is_system(text)
 IS 'internal: true for SQLSTATEs of class 58 (the engine, not the row, failed)';
 
 -- Write results: the target rows (updated where the key exists, inserted
--- where not) and the items marked done, in the caller's transaction.
+-- where not) and the items marked done with the model and version that
+-- made them, in the caller's transaction.  An embedding job's outputs are
+-- real[] literals, cast to the target column's type (real[], or pgvector's
+-- vector through its cast from real[]).
 CREATE FUNCTION @extschema@.opus_job_write(
     j @extschema@.opus_job,
     items bigint[], keys jsonb[], outputs text[], finishes text[],
-    ptoks integer[], ctoks integer[], cached integer[])
+    ptoks integer[], ctoks integer[], cached integer[],
+    models text[], versions integer[])
 RETURNS void
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
 AS $$
@@ -506,14 +565,20 @@ DECLARE
     target text := @extschema@.opus_quote_relname(j.target_table);
     keys_r text;
     keys_list text;
+    value_sql text := 'x.output';
 BEGIN
     SELECT pg_catalog.string_agg(pg_catalog.format('p.%I', c), ', '),
            pg_catalog.string_agg(pg_catalog.format('%I', c), ', ')
     INTO keys_r, keys_list
     FROM pg_catalog.unnest(j.key_columns) AS c;
+    IF @extschema@.opus_job_embeds(j.options) THEN
+        SELECT pg_catalog.format('CAST(CAST(x.output AS real[]) AS %s)', c.type) INTO value_sql
+        FROM @extschema@.opus_job_columns(target, NULL) AS c
+        WHERE c.name OPERATOR(pg_catalog.=) j.target_column;
+    END IF;
     EXECUTE pg_catalog.format($w$
         WITH r AS (
-            SELECT %3$s, x.output AS %2$I
+            SELECT %3$s, %8$s AS %2$I
             FROM ROWS FROM (pg_catalog.unnest($1::jsonb[]), pg_catalog.unnest($2::text[])) AS x(key, output),
                  LATERAL pg_catalog.jsonb_populate_record(NULL::%1$s, x.key) AS p
         ), u AS (
@@ -525,7 +590,8 @@ BEGIN
         target, j.target_column, keys_r, keys_list,
         @extschema@.opus_job_key_match_sql(j.key_columns, 't', 'r'),
         (SELECT pg_catalog.string_agg(pg_catalog.format('t.%I', c), ', ') FROM pg_catalog.unnest(j.key_columns) AS c),
-        @extschema@.opus_job_key_match_sql(j.key_columns, 'u', 'r'))
+        @extschema@.opus_job_key_match_sql(j.key_columns, 'u', 'r'),
+        value_sql)
     USING keys, outputs;
 
     UPDATE @extschema@.opus_job_item AS i
@@ -533,16 +599,18 @@ BEGIN
         finish_reason = x.finish_reason, prompt_tokens = x.prompt_tokens,
         completion_tokens = x.completion_tokens, cached_tokens = x.cached_tokens,
         finished_at = pg_catalog.clock_timestamp(), next_attempt_at = NULL,
-        last_sqlstate = NULL, last_error = NULL
+        last_sqlstate = NULL, last_error = NULL,
+        model = x.model, model_version = x.model_version
     FROM ROWS FROM (pg_catalog.unnest(items), pg_catalog.unnest(finishes), pg_catalog.unnest(ptoks),
-                    pg_catalog.unnest(ctoks), pg_catalog.unnest(cached))
-         AS x(item_id, finish_reason, prompt_tokens, completion_tokens, cached_tokens)
+                    pg_catalog.unnest(ctoks), pg_catalog.unnest(cached),
+                    pg_catalog.unnest(models), pg_catalog.unnest(versions))
+         AS x(item_id, finish_reason, prompt_tokens, completion_tokens, cached_tokens, model, model_version)
     WHERE i.job_id OPERATOR(pg_catalog.=) j.id AND i.item_id OPERATOR(pg_catalog.=) x.item_id;
 END
 $$;
 
-COMMENT ON FUNCTION @extschema@.opus_job_write(@extschema@.opus_job, bigint[], jsonb[], text[], text[], integer[], integer[], integer[])
-IS 'internal: write a chunk of results to the target and mark their items done';
+COMMENT ON FUNCTION @extschema@.opus_job_write(@extschema@.opus_job, bigint[], jsonb[], text[], text[], integer[], integer[], integer[], text[], integer[])
+IS 'internal: write a chunk of results to the target and mark their items done, with the model and version that made them';
 
 -- Record failed attempts; returns how many items failed for good.  An
 -- engine failure (class 58) is retried without counting as an attempt.
@@ -662,13 +730,15 @@ BEGIN
             CASE WHEN source IS NOT NULL THEN src_name ELSE '(' OPERATOR(pg_catalog.||) source_query OPERATOR(pg_catalog.||) E'\n)' END);
     END IF;
 
-    -- The target: created (keys + text column, primary key on the keys) if missing.
+    -- The target: created (keys + text column, or real[] for an embedding
+    -- job, primary key on the keys) if missing.
     tgt := @extschema@.opus_quote_relname(target_table);
     IF pg_catalog.to_regclass(tgt) IS NULL THEN
-        EXECUTE pg_catalog.format('CREATE TABLE %s (%s, %I text, PRIMARY KEY (%s))', tgt,
+        EXECUTE pg_catalog.format('CREATE TABLE %s (%s, %I %s, PRIMARY KEY (%s))', tgt,
             (SELECT pg_catalog.string_agg(pg_catalog.format('%I %s', k2, src_types[pg_catalog.array_position(src_cols, k2)]), ', ')
              FROM pg_catalog.unnest(key_columns) AS k2),
             target_column,
+            CASE WHEN @extschema@.opus_job_embeds(options) THEN 'real[]' ELSE 'text' END,
             (SELECT pg_catalog.string_agg(pg_catalog.format('%I', k2), ', ') FROM pg_catalog.unnest(key_columns) AS k2));
     ELSE
         IF NOT EXISTS (SELECT FROM pg_catalog.pg_class AS c
@@ -687,6 +757,15 @@ BEGIN
         IF NOT target_column OPERATOR(pg_catalog.=) ANY (tgt_cols) THEN
             RAISE EXCEPTION 'column "%" of target % does not exist', target_column, tgt USING ERRCODE = 'undefined_column';
         END IF;
+        -- An embedding goes into real[] or, where pgvector is installed, vector.
+        IF @extschema@.opus_job_embeds(options)
+           AND NOT pg_catalog.split_part(tgt_types[pg_catalog.array_position(tgt_cols, target_column)], '(', 1)
+                   OPERATOR(pg_catalog.=) ANY (ARRAY['real[]', 'vector']) THEN
+            RAISE EXCEPTION 'column "%" of target % is of type %, not real[] or vector', target_column, tgt,
+                tgt_types[pg_catalog.array_position(tgt_cols, target_column)]
+                USING ERRCODE = 'datatype_mismatch',
+                      HINT = 'An embedding job writes real[] (or pgvector''s vector) columns.';
+        END IF;
         IF NOT pg_catalog.has_table_privilege(pg_catalog.to_regclass(tgt), 'INSERT, UPDATE') THEN
             RAISE EXCEPTION 'permission denied for table %', tgt USING ERRCODE = 'insufficient_privilege';
         END IF;
@@ -704,7 +783,7 @@ END
 $$;
 
 COMMENT ON FUNCTION @extschema@.opus_job_create(text, regclass, text[], text, text, text, jsonb, integer, text, text, integer, interval, integer)
-IS 'define a batch job: run the model over every row of source (or source_query), writing target_table.target_column by key; the target is created if missing';
+IS 'define a batch job: run the model over every row of source (or source_query), writing target_table.target_column by key (options "embed": true: the embedding of each row, real[]); the target is created if missing';
 
 CREATE FUNCTION @extschema@.opus_job_alter(
     job_name text,
@@ -845,6 +924,8 @@ DECLARE
     ok_ptok integer[] := '{}';
     ok_ctok integer[] := '{}';
     ok_cached integer[] := '{}';
+    ok_model text[] := '{}';
+    ok_version integer[] := '{}';
     bad_items bigint[] := '{}';
     bad_states text[] := '{}';
     bad_errors text[] := '{}';
@@ -860,6 +941,7 @@ DECLARE
     st text;
     msg text;
     engine_errors integer := 0;     -- engine failures since the last success
+    peak integer := 0;              -- the most requests in flight at once
 BEGIN
     j := @extschema@.opus_job_find(job_name);
     PERFORM @extschema@.opus_job_check_owner(j, 'run');
@@ -908,8 +990,9 @@ BEGIN
     END IF;
 
     LOOP
-        -- Fill the window with pending rows that are due.
-        need := j.concurrency OPERATOR(pg_catalog.-) pg_catalog.cardinality(req_ids);
+        -- Fill the window with pending rows that are due (an embedding
+        -- job's window is its token budget, which opus_job_fill applies).
+        need := @extschema@.opus_job_window(j) OPERATOR(pg_catalog.-) pg_catalog.cardinality(req_ids);
         IF max_rows IS NOT NULL THEN
             need := LEAST(need, max_rows OPERATOR(pg_catalog.-) taken);
         END IF;
@@ -919,6 +1002,7 @@ BEGIN
             FROM @extschema@.opus_job_fill(j, need, req_items OPERATOR(pg_catalog.||) ok_items OPERATOR(pg_catalog.||) bad_items,
                                            req_ids, req_items, req_keys, bad_items, bad_states, bad_errors);
             taken := taken OPERATOR(pg_catalog.+) n_taken;
+            peak := GREATEST(peak, pg_catalog.cardinality(req_ids));
         END IF;
 
         IF pg_catalog.cardinality(req_ids) OPERATOR(pg_catalog.>) 0 THEN
@@ -927,10 +1011,10 @@ BEGIN
             IF rid IS NOT NULL THEN
                 pos := pg_catalog.array_position(req_ids, rid);
                 SELECT * INTO ok_items, ok_keys, ok_outputs, ok_finish, ok_ptok, ok_ctok, ok_cached,
-                              bad_items, bad_states, bad_errors, st
+                              ok_model, ok_version, bad_items, bad_states, bad_errors, st
                 FROM @extschema@.opus_job_collect(rid, req_items[pos], req_keys[pos],
                     ok_items, ok_keys, ok_outputs, ok_finish, ok_ptok, ok_ctok, ok_cached,
-                    bad_items, bad_states, bad_errors);
+                    ok_model, ok_version, bad_items, bad_states, bad_errors);
                 IF st IS NULL THEN
                     engine_errors := 0;
                 ELSIF @extschema@.opus_job_error_is_system(st) THEN
@@ -944,7 +1028,7 @@ BEGIN
 
         -- Write a chunk: when it is full, every second, when idle, and
         -- before giving up on an engine that keeps failing.
-        IF engine_errors OPERATOR(pg_catalog.>=) GREATEST(32, 2 OPERATOR(pg_catalog.*) j.concurrency)
+        IF engine_errors OPERATOR(pg_catalog.>=) GREATEST(32, 2 OPERATOR(pg_catalog.*) j.concurrency, 2 OPERATOR(pg_catalog.*) peak)
            OR pg_catalog.cardinality(ok_items) OPERATOR(pg_catalog.+) pg_catalog.cardinality(bad_items)
                OPERATOR(pg_catalog.>=) j.commit_every
            OR pg_catalog.cardinality(req_ids) OPERATOR(pg_catalog.=) 0
@@ -952,14 +1036,15 @@ BEGIN
             IF pg_catalog.cardinality(ok_items) OPERATOR(pg_catalog.>) 0 THEN
                 BEGIN
                     PERFORM @extschema@.opus_job_write(j, ok_items, ok_keys, ok_outputs, ok_finish,
-                                                       ok_ptok, ok_ctok, ok_cached);
+                                                       ok_ptok, ok_ctok, ok_cached, ok_model, ok_version);
                 EXCEPTION WHEN OTHERS THEN
                     -- One row the target refuses must not sink the chunk: write row by row.
                     FOR pos IN 1 .. pg_catalog.cardinality(ok_items) LOOP
                         BEGIN
                             PERFORM @extschema@.opus_job_write(j, ARRAY[ok_items[pos]], ARRAY[ok_keys[pos]],
                                 ARRAY[ok_outputs[pos]], ARRAY[ok_finish[pos]], ARRAY[ok_ptok[pos]],
-                                ARRAY[ok_ctok[pos]], ARRAY[ok_cached[pos]]);
+                                ARRAY[ok_ctok[pos]], ARRAY[ok_cached[pos]], ARRAY[ok_model[pos]],
+                                ARRAY[ok_version[pos]]);
                         EXCEPTION WHEN OTHERS THEN
                             GET STACKED DIAGNOSTICS st = RETURNED_SQLSTATE, msg = MESSAGE_TEXT;
                             bad_items := pg_catalog.array_append(bad_items, ok_items[pos]);
@@ -1001,7 +1086,7 @@ BEGIN
             COMMIT;
             lost := NOT @extschema@.opus_job_begin(j);
             EXIT WHEN lost;
-            IF engine_errors OPERATOR(pg_catalog.>=) GREATEST(32, 2 OPERATOR(pg_catalog.*) j.concurrency) THEN
+            IF engine_errors OPERATOR(pg_catalog.>=) GREATEST(32, 2 OPERATOR(pg_catalog.*) j.concurrency, 2 OPERATOR(pg_catalog.*) peak) THEN
                 -- Every request fails in the engine: stop, leaving the rows
                 -- pending (their attempts untouched) for a later run.
                 PERFORM @extschema@.opus_cancel(x) FROM pg_catalog.unnest(req_ids) AS x;
@@ -1015,7 +1100,7 @@ BEGIN
                           HINT = 'Rows stay pending; run the job again once the engine works (see opus_engine).';
             END IF;
             ok_items := '{}'; ok_keys := '{}'; ok_outputs := '{}'; ok_finish := '{}';
-            ok_ptok := '{}'; ok_ctok := '{}'; ok_cached := '{}';
+            ok_ptok := '{}'; ok_ctok := '{}'; ok_cached := '{}'; ok_model := '{}'; ok_version := '{}';
             bad_items := '{}'; bad_states := '{}'; bad_errors := '{}';
             last_flush := pg_catalog.clock_timestamp();
         END IF;

@@ -27,13 +27,15 @@ CREATE FUNCTION @extschema@.opus_models_v1(
     OUT max_ttft_ms integer,
     OUT overloaded boolean,
     OUT recent_ttft_ms double precision,
-    OUT fallback_requests bigint)
+    OUT fallback_requests bigint,
+    OUT kind text,
+    OUT dimensions integer)
 RETURNS SETOF record
 AS 'MODULE_PATHNAME', 'opus_models_v1'
 LANGUAGE C VOLATILE PARALLEL RESTRICTED;
 
 COMMENT ON FUNCTION @extschema@.opus_models_v1()
-IS 'one row per declared model (the default plus opus.models): state, version, file, engine, memory, rollback target; paths and errors only for superusers and pg_read_all_settings';
+IS 'one row per declared model (the default plus opus.models): state, version, file, engine, memory, rollback target, whether it generates or embeds (and its dimensions); paths and errors only for superusers and pg_read_all_settings';
 
 CREATE VIEW @extschema@.opus_models AS
     SELECT * FROM @extschema@.opus_models_v1();

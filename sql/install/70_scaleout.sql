@@ -15,6 +15,32 @@ IS 'the served model (NULL: the default) as name, file, size and SHA-256 of the 
 -- The parts of a job's run shared by opus_job_run (a procedure that
 -- commits in chunks) and opus_job_step (one transaction).
 
+-- The most rows of job j in flight at once: its concurrency; for an
+-- embedding job, whose window is its token budget (opus_job_fill), the
+-- largest concurrency (request slots, opus.max_async_requests, bound it too).
+CREATE FUNCTION @extschema@.opus_job_window(j @extschema@.opus_job)
+RETURNS integer
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$
+    SELECT CASE WHEN @extschema@.opus_job_embeds(j.options) THEN 10000 ELSE j.concurrency END
+$$;
+
+COMMENT ON FUNCTION @extschema@.opus_job_window(@extschema@.opus_job)
+IS 'internal: how many rows of a job may be in flight (an embedding job: as many as its token budget takes)';
+
+-- The tokens a row of an embedding job is counted as before the engine
+-- has counted them: its bytes / 3 + 2 ([CLS], [SEP]), an upper estimate
+-- for WordPiece (about 4-5 bytes per English token, 3 per CJK character).
+CREATE FUNCTION @extschema@.opus_job_token_estimate(input text)
+RETURNS integer
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+AS $$
+    SELECT pg_catalog.octet_length(input) OPERATOR(pg_catalog./) 3 OPERATOR(pg_catalog.+) 2
+$$;
+
+COMMENT ON FUNCTION @extschema@.opus_job_token_estimate(text)
+IS 'internal: the tokens an embedding job counts a row as, against its batch_tokens budget';
+
 -- Take in the source rows the work list does not have yet; returns how many.
 CREATE FUNCTION @extschema@.opus_job_take_in(j @extschema@.opus_job)
 RETURNS bigint
@@ -51,6 +77,10 @@ IS 'internal: add the source rows the job''s work list does not have yet; return
 -- Submit up to need pending rows that are due and not in busy: submitted
 -- rows are appended to req_*, rows that cannot be submitted to bad_*; no
 -- free request slot (53000) stops it with slots_full.  taken: rows used.
+-- An embedding job also stops where the rows in flight (req_items) and
+-- those it takes would pass its token budget, batch_tokens (default 4096,
+-- rows counted by opus_job_token_estimate), but always takes one row when
+-- none is in flight.
 CREATE FUNCTION @extschema@.opus_job_fill(
     j @extschema@.opus_job,
     need integer,
@@ -70,9 +100,18 @@ DECLARE
     rid bigint;
     st text;
     msg text;
+    embeds boolean := @extschema@.opus_job_embeds(j.options);
+    budget bigint;
+    in_flight bigint := 0;
 BEGIN
     taken := 0;
     slots_full := false;
+    IF embeds THEN
+        budget := COALESCE((j.options OPERATOR(pg_catalog.->>) 'batch_tokens')::bigint, 4096);
+        SELECT COALESCE(pg_catalog.sum(@extschema@.opus_job_token_estimate(i.prompt)), 0) INTO in_flight
+        FROM @extschema@.opus_job_item AS i
+        WHERE i.job_id OPERATOR(pg_catalog.=) j.id AND i.item_id OPERATOR(pg_catalog.=) ANY (req_items);
+    END IF;
     FOR it IN
         SELECT i.item_id, i.key, i.prompt FROM @extschema@.opus_job_item AS i
         WHERE i.job_id OPERATOR(pg_catalog.=) j.id AND i.state OPERATOR(pg_catalog.=) 'pending'
@@ -88,8 +127,14 @@ BEGIN
             taken := taken OPERATOR(pg_catalog.+) 1;
             CONTINUE;
         END IF;
+        IF embeds THEN
+            EXIT WHEN in_flight OPERATOR(pg_catalog.>) 0 AND in_flight OPERATOR(pg_catalog.+)
+                @extschema@.opus_job_token_estimate(it.prompt) OPERATOR(pg_catalog.>) budget;
+            in_flight := in_flight OPERATOR(pg_catalog.+) @extschema@.opus_job_token_estimate(it.prompt);
+        END IF;
         BEGIN
-            rid := @extschema@.opus_job_submit(it.prompt, j.options);
+            rid := CASE WHEN embeds THEN @extschema@.opus_job_submit_embed(it.prompt, j.options)
+                        ELSE @extschema@.opus_job_submit(it.prompt, j.options) END;
         EXCEPTION WHEN OTHERS THEN
             GET STACKED DIAGNOSTICS st = RETURNED_SQLSTATE, msg = MESSAGE_TEXT;
             rid := NULL;
@@ -116,7 +161,9 @@ COMMENT ON FUNCTION @extschema@.opus_job_fill(@extschema@.opus_job, integer, big
 IS 'internal: submit up to need due pending rows of a job (not in busy) with its options';
 
 -- Read the result of request rid (for item, key): appended to ok_* when it
--- succeeded, to bad_* with its error when not (error_state, NULL on success).
+-- succeeded (with the model and version that served it; an embedding as a
+-- real[] literal), to bad_* with its error when not (error_state, NULL on
+-- success).
 CREATE FUNCTION @extschema@.opus_job_collect(
     rid bigint,
     item bigint,
@@ -128,6 +175,8 @@ CREATE FUNCTION @extschema@.opus_job_collect(
     INOUT ok_ptok integer[],
     INOUT ok_ctok integer[],
     INOUT ok_cached integer[],
+    INOUT ok_model text[],
+    INOUT ok_version integer[],
     INOUT bad_items bigint[],
     INOUT bad_states text[],
     INOUT bad_errors text[],
@@ -149,12 +198,15 @@ BEGIN
         ok_keys := pg_catalog.array_append(ok_keys, key);
         ok_outputs := pg_catalog.array_append(ok_outputs, COALESCE(
             res OPERATOR(pg_catalog.#>>) '{choices,0,text}',
-            res OPERATOR(pg_catalog.#>>) '{choices,0,message,content}'));
+            res OPERATOR(pg_catalog.#>>) '{choices,0,message,content}',
+            pg_catalog.translate(res OPERATOR(pg_catalog.#>>) '{data,0,embedding}', '[]', '{}')));
         ok_finish := pg_catalog.array_append(ok_finish, res OPERATOR(pg_catalog.#>>) '{choices,0,finish_reason}');
         ok_ptok := pg_catalog.array_append(ok_ptok, (res OPERATOR(pg_catalog.#>>) '{usage,prompt_tokens}')::integer);
         ok_ctok := pg_catalog.array_append(ok_ctok, (res OPERATOR(pg_catalog.#>>) '{usage,completion_tokens}')::integer);
         ok_cached := pg_catalog.array_append(ok_cached,
             (res OPERATOR(pg_catalog.#>>) '{usage,prompt_tokens_details,cached_tokens}')::integer);
+        ok_model := pg_catalog.array_append(ok_model, res OPERATOR(pg_catalog.->>) 'model');
+        ok_version := pg_catalog.array_append(ok_version, (res OPERATOR(pg_catalog.->>) 'model_version')::integer);
     ELSE
         bad_items := pg_catalog.array_append(bad_items, item);
         bad_states := pg_catalog.array_append(bad_states, error_state);
@@ -163,7 +215,7 @@ BEGIN
 END
 $$;
 
-COMMENT ON FUNCTION @extschema@.opus_job_collect(bigint, bigint, jsonb, bigint[], jsonb[], text[], text[], integer[], integer[], integer[], bigint[], text[], text[])
+COMMENT ON FUNCTION @extschema@.opus_job_collect(bigint, bigint, jsonb, bigint[], jsonb[], text[], text[], integer[], integer[], integer[], text[], integer[], bigint[], text[], text[])
 IS 'internal: read a job request''s result into the rows done (ok_*) or failed (bad_*)';
 
 -- One step: up to max_rows rows with at most the job's concurrency in
@@ -191,6 +243,8 @@ DECLARE
     ok_ptok integer[] := '{}';
     ok_ctok integer[] := '{}';
     ok_cached integer[] := '{}';
+    ok_model text[] := '{}';
+    ok_version integer[] := '{}';
     bad_items bigint[] := '{}';
     bad_states text[] := '{}';
     bad_errors text[] := '{}';
@@ -212,16 +266,20 @@ BEGIN
     LOOP
         -- Keep the window full while rows are left to take.
         IF NOT slots_full AND taken OPERATOR(pg_catalog.<) max_rows
-           AND pg_catalog.cardinality(req_ids) OPERATOR(pg_catalog.<) j.concurrency THEN
+           AND pg_catalog.cardinality(req_ids) OPERATOR(pg_catalog.<) @extschema@.opus_job_window(j) THEN
             SELECT * INTO req_ids, req_items, req_keys, bad_items, bad_states, bad_errors, n_taken, slots_full
             FROM @extschema@.opus_job_fill(j,
                 LEAST(max_rows OPERATOR(pg_catalog.-) taken,
-                      j.concurrency OPERATOR(pg_catalog.-) pg_catalog.cardinality(req_ids)),
+                      @extschema@.opus_job_window(j) OPERATOR(pg_catalog.-) pg_catalog.cardinality(req_ids)),
                 req_items OPERATOR(pg_catalog.||) ok_items OPERATOR(pg_catalog.||) bad_items,
                 req_ids, req_items, req_keys, bad_items, bad_states, bad_errors);
             taken := taken OPERATOR(pg_catalog.+) n_taken;
-            IF n_taken OPERATOR(pg_catalog.=) 0 THEN
-                taken := max_rows;      -- nothing due: drain what is in flight
+            -- Nothing due: drain what is in flight (an embedding job takes
+            -- nothing while its token budget is full: not the end).
+            IF n_taken OPERATOR(pg_catalog.=) 0 AND NOT slots_full
+               AND (NOT @extschema@.opus_job_embeds(j.options)
+                    OR pg_catalog.cardinality(req_ids) OPERATOR(pg_catalog.=) 0) THEN
+                taken := max_rows;
             END IF;
         END IF;
         EXIT WHEN pg_catalog.cardinality(req_ids) OPERATOR(pg_catalog.=) 0;
@@ -230,18 +288,19 @@ BEGIN
         CONTINUE WHEN rid IS NULL;
         pos := pg_catalog.array_position(req_ids, rid);
         SELECT * INTO ok_items, ok_keys, ok_outputs, ok_finish, ok_ptok, ok_ctok, ok_cached,
-                      bad_items, bad_states, bad_errors, st
+                      ok_model, ok_version, bad_items, bad_states, bad_errors, st
         FROM @extschema@.opus_job_collect(rid, req_items[pos], req_keys[pos],
             ok_items, ok_keys, ok_outputs, ok_finish, ok_ptok, ok_ctok, ok_cached,
-            bad_items, bad_states, bad_errors);
+            ok_model, ok_version, bad_items, bad_states, bad_errors);
         req_ids := pg_catalog.array_cat(req_ids[:pos OPERATOR(pg_catalog.-) 1], req_ids[pos OPERATOR(pg_catalog.+) 1:]);
         req_items := pg_catalog.array_cat(req_items[:pos OPERATOR(pg_catalog.-) 1], req_items[pos OPERATOR(pg_catalog.+) 1:]);
         req_keys := pg_catalog.array_cat(req_keys[:pos OPERATOR(pg_catalog.-) 1], req_keys[pos OPERATOR(pg_catalog.+) 1:]);
+        slots_full := false;    -- a request slot was freed: fill again
     END LOOP;
 
     IF pg_catalog.cardinality(ok_items) OPERATOR(pg_catalog.>) 0 THEN
         PERFORM @extschema@.opus_job_write(j, ok_items, ok_keys, ok_outputs, ok_finish,
-                                           ok_ptok, ok_ctok, ok_cached);
+                                           ok_ptok, ok_ctok, ok_cached, ok_model, ok_version);
     END IF;
     IF pg_catalog.cardinality(bad_items) OPERATOR(pg_catalog.>) 0 THEN
         n_failed := @extschema@.opus_job_fail(j, bad_items, bad_states, bad_errors);

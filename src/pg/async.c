@@ -52,6 +52,12 @@
  * cancelled when the session exits or any (top-level) transaction of the
  * session aborts before their result was read.  opus_job_run uses this so that an
  * interrupted run does not leave requests behind.
+ *
+ * Embeddings: opus_submit_embed queues an EMBED request (the arguments of
+ * opus_embed); its vector is read by opus_result_embedding (real[]) or
+ * opus_result_completion (the OpenAI embeddings object); opus_result, which
+ * returns text, refuses it (42809) without taking it, and so does
+ * opus_result_embedding a text request.
  */
 #include "postgres.h"
 
@@ -78,6 +84,8 @@
 
 PG_FUNCTION_INFO_V1(opus_submit);
 PG_FUNCTION_INFO_V1(opus_submit_chat);
+PG_FUNCTION_INFO_V1(opus_submit_embed);
+PG_FUNCTION_INFO_V1(opus_result_embedding);
 PG_FUNCTION_INFO_V1(opus_result);
 PG_FUNCTION_INFO_V1(opus_result_completion);
 PG_FUNCTION_INFO_V1(opus_cancel);
@@ -544,6 +552,18 @@ opus_submit_chat(PG_FUNCTION_ARGS)
 	return submit_common(fcinfo, OPUS_KIND_CHAT);
 }
 
+/* opus_submit_embed: an EMBED request (embed.c parses it as opus_embed does). */
+Datum
+opus_submit_embed(PG_FUNCTION_ARGS)
+{
+	OpusRequest req;
+	int			detached_arg = OpusArgNo(fcinfo, "detached");
+	bool		detached = detached_arg < 0 || PG_ARGISNULL(detached_arg) ? true : PG_GETARG_BOOL(detached_arg);
+
+	OpusParseEmbedRequest(fcinfo, &req);
+	PG_RETURN_INT64(submit_async(&req, detached));
+}
+
 /* ---------------------------------------------------------------------
  * Results
  * --------------------------------------------------------------------- */
@@ -674,12 +694,34 @@ take_result(int64 id, OpusResult *res)
 }
 
 /*
- * opus_result / opus_result_completion: wait (if asked) and take the
- * result.  Returns false, having taken nothing, if the request has not
- * finished (wait false, or the timeout passed).
+ * Raise 42809 unless a request of kind `kind` can be read by `func`: an
+ * embedding only by opus_result_embedding and opus_result_completion, text
+ * only by the others.  Checked before the result is taken, so a wrong call
+ * leaves it to be read.
+ */
+static void
+check_result_kind(uint8 kind, const char *func, bool embedding_only, bool any)
+{
+	if (any || (kind == OPUS_KIND_EMBED) == embedding_only)
+		return;
+	ereport(ERROR,
+			(errcode(ERRCODE_WRONG_OBJECT_TYPE),
+			 errmsg(kind == OPUS_KIND_EMBED ? "%s cannot read an embedding request"
+					: "%s can only read an embedding request", func),
+			 errhint(kind == OPUS_KIND_EMBED ?
+					 "Read it with opus_result_embedding or opus_result_completion." :
+					 "Read it with opus_result or opus_result_completion.")));
+}
+
+/*
+ * opus_result / opus_result_completion / opus_result_embedding: wait (if
+ * asked) and take the result, which must be of a kind func reads (see
+ * check_result_kind).  Returns false, having taken nothing, if the request
+ * has not finished (wait false, or the timeout passed).
  */
 static bool
-result_common(FunctionCallInfo fcinfo, OpusResult *res, uint8 *kind)
+result_common(FunctionCallInfo fcinfo, OpusResult *res, uint8 *kind,
+			  const char *func, bool embedding_only, bool any)
 {
 	int64		id;
 	bool		wait = PG_ARGISNULL(1) ? true : PG_GETARG_BOOL(1);
@@ -694,6 +736,7 @@ result_common(FunctionCallInfo fcinfo, OpusResult *res, uint8 *kind)
 	id = PG_GETARG_INT64(0);
 	l = lookup_accessible(id);
 	*kind = l.kind;
+	check_result_kind(l.kind, func, embedding_only, any);
 	if (!OpusSlotFinished(l.state))
 	{
 		if (!wait || !wait_async(id, timeout_ms))
@@ -709,7 +752,7 @@ opus_result(PG_FUNCTION_ARGS)
 	OpusResult	res;
 	uint8		kind;
 
-	if (!result_common(fcinfo, &res, &kind))
+	if (!result_common(fcinfo, &res, &kind, "opus_result", false, false))
 		PG_RETURN_NULL();
 	PG_RETURN_TEXT_P(cstring_to_text(OpusTextFromUtf8(res.data, res.len)));
 }
@@ -720,9 +763,22 @@ opus_result_completion(PG_FUNCTION_ARGS)
 	OpusResult	res;
 	uint8		kind;
 
-	if (!result_common(fcinfo, &res, &kind))
+	if (!result_common(fcinfo, &res, &kind, "opus_result_completion", false, true))
 		PG_RETURN_NULL();
+	if (kind == OPUS_KIND_EMBED)
+		PG_RETURN_DATUM(OpusEmbeddingJsonb(&res));
 	PG_RETURN_DATUM(OpusCompletionJsonb(kind == OPUS_KIND_CHAT, res.tools, &res));
+}
+
+Datum
+opus_result_embedding(PG_FUNCTION_ARGS)
+{
+	OpusResult	res;
+	uint8		kind;
+
+	if (!result_common(fcinfo, &res, &kind, "opus_result_embedding", true, false))
+		PG_RETURN_NULL();
+	PG_RETURN_DATUM(OpusEmbeddingArray(res.data, res.len));
 }
 
 /*
@@ -885,7 +941,8 @@ opus_async_requests(PG_FUNCTION_ARGS)
 		memset(nulls, 0, sizeof(nulls));
 		values[0] = Int64GetDatum((int64) id);
 		values[1] = CStringGetTextDatum(slot_state_name(st));
-		values[2] = CStringGetTextDatum(kind == OPUS_KIND_CHAT ? "chat" : "generate");
+		values[2] = CStringGetTextDatum(kind == OPUS_KIND_CHAT ? "chat" :
+										kind == OPUS_KIND_EMBED ? "embed" : "generate");
 		rolname = GetUserNameFromId(userid, true);
 		values[3] = CStringGetTextDatum(rolname ? rolname : "?");
 		values[4] = Int32GetDatum(pid);
@@ -915,7 +972,8 @@ opus_async_requests(PG_FUNCTION_ARGS)
 			memset(nulls, 0, sizeof(nulls));
 			values[0] = Int64GetDatum((int64) r[k].request_id);
 			values[1] = CStringGetTextDatum(r[k].error ? "error" : "done");
-			values[2] = CStringGetTextDatum(r[k].kind == OPUS_KIND_CHAT ? "chat" : "generate");
+			values[2] = CStringGetTextDatum(r[k].kind == OPUS_KIND_CHAT ? "chat" :
+												r[k].kind == OPUS_KIND_EMBED ? "embed" : "generate");
 			rolname = GetUserNameFromId(r[k].userid, true);
 			values[3] = CStringGetTextDatum(rolname ? rolname : "?");
 			values[4] = Int32GetDatum(r[k].backend_pid);

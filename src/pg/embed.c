@@ -1,7 +1,10 @@
 /*
  * embed.c - opus_embed(input, model, normalize, truncate) -> real[]: the
  * sentence embedding of input from an embedding (encoder) model, as the
- * engine's EMBED request gives it (docs/embeddings.md).
+ * engine's EMBED request gives it (docs/embeddings.md); and the shapes of
+ * an EMBEDDING result (real[], the OpenAI embeddings object) that
+ * opus_embed_many and the asynchronous opus_result_embedding /
+ * opus_result_completion share.
  *
  * An input longer than the model's context raises 54000 unless truncate
  * (then its first tokens and the last, [SEP], are kept); asking a text
@@ -14,6 +17,9 @@
 #include "fmgr.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
+#include "utils/json.h"
+#include "utils/jsonb.h"
+#include "lib/stringinfo.h"
 
 #include "opus_pg.h"
 
@@ -43,6 +49,41 @@ OpusParseEmbedArgs(FunctionCallInfo fcinfo, OpusRequest *req)
 		req->embed_flags |= OPUS_PROTO_EMBED_TRUNCATE;
 }
 
+/*
+ * An EMBEDDING result as the OpenAI embeddings response object: {"object":
+ * "list", "data": [{"object": "embedding", "index": 0, "embedding": [...]}],
+ * "model", "model_version", "usage"}.  Each value is written with 9
+ * significant digits, so it reads back (::real) as the very same float.
+ */
+Datum
+OpusEmbeddingJsonb(const OpusResult *res)
+{
+	StringInfoData buf;
+	uint32		n;
+	uint32		i;
+
+	if (res->len == 0 || res->len % 4 != 0)
+		elog(ERROR, "opus_pg: embedding result of %u bytes is not a vector of floats", res->len);
+	n = res->len / 4;
+	initStringInfo(&buf);
+	appendStringInfoString(&buf, "{\"object\": \"list\", \"data\": [{\"object\": \"embedding\", \"index\": 0, \"embedding\": [");
+	for (i = 0; i < n; i++)
+	{
+		uint32		u = opus_proto_get_u32((const uint8_t *) res->data + 4 * i);
+		float		f;
+
+		memcpy(&f, &u, sizeof(f));
+		appendStringInfo(&buf, i ? ", %.9g" : "%.9g", (double) f);
+	}
+	appendStringInfoString(&buf, "]}], \"model\": ");
+	escape_json(&buf, OpusServedModelName(res->served_model));
+	appendStringInfo(&buf, ", \"model_version\": %d, \"usage\": {\"prompt_tokens\": %d, \"total_tokens\": %d}, "
+					 "\"timings\": {\"queue_ms\": %.3f, \"engine_ms\": %.3f, \"total_ms\": %.3f}}",
+					 res->served_version, res->n_prompt, res->n_prompt,
+					 res->queue_ms, res->total_ms, res->elapsed_ms);
+	return DirectFunctionCall1(jsonb_in, CStringGetDatum(buf.data));
+}
+
 /* An EMBEDDING result (little-endian f32) as a real[] datum. */
 Datum
 OpusEmbeddingArray(const char *data, uint32 len)
@@ -69,26 +110,35 @@ OpusEmbeddingArray(const char *data, uint32 len)
 	return PointerGetDatum(arr);
 }
 
-Datum
-opus_embed(PG_FUNCTION_ARGS)
+/*
+ * The EMBED request of an opus_embed / opus_submit_embed call: its first
+ * argument (the input, 22004 if NULL, 54000 if too large) and its options.
+ */
+void
+OpusParseEmbedRequest(FunctionCallInfo fcinfo, OpusRequest *req)
 {
-	OpusRequest req;
-	OpusResult	res;
+	text	   *t;
 
 	OpusCheckPreloaded();
 	if (PG_ARGISNULL(0))
 		ereport(ERROR,
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
 				 errmsg("input to embed must not be null")));
-	memset(&req, 0, sizeof(req));
-	req.kind = OPUS_KIND_EMBED;
-	{
-		text	   *t = PG_GETARG_TEXT_PP(0);
+	memset(req, 0, sizeof(*req));
+	req->kind = OPUS_KIND_EMBED;
+	t = PG_GETARG_TEXT_PP(0);
+	req->text = OpusTextToUtf8(VARDATA_ANY(t), VARSIZE_ANY_EXHDR(t), &req->text_len);
+	OpusCheckPromptSize(req->text_len, "input to embed is");
+	OpusParseEmbedArgs(fcinfo, req);
+}
 
-		req.text = OpusTextToUtf8(VARDATA_ANY(t), VARSIZE_ANY_EXHDR(t), &req.text_len);
-	}
-	OpusCheckPromptSize(req.text_len, "input to embed is");
-	OpusParseEmbedArgs(fcinfo, &req);
+Datum
+opus_embed(PG_FUNCTION_ARGS)
+{
+	OpusRequest req;
+	OpusResult	res;
+
+	OpusParseEmbedRequest(fcinfo, &req);
 	OpusRunRequest(&req, &res);
 	PG_RETURN_DATUM(OpusEmbeddingArray(res.data, res.len));
 }

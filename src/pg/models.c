@@ -514,7 +514,7 @@ process_rss(int pid)
 	return r;
 }
 
-#define MODELS_COLS 26
+#define MODELS_COLS 28
 
 /*
  * opus_models_v1(): one row per model entry in use.  Paths and errors
@@ -591,6 +591,14 @@ opus_models_v1(PG_FUNCTION_ARGS)
 		values[24] = Float8GetDatum(snap.recent_ttft_ms);
 		nulls[24] = snap.max_ttft_ms <= 0;
 		values[25] = Int64GetDatum(snap.fallbacks);
+		/*
+		 * The engine of an embedding (encoder) model keeps no KV cache: its
+		 * READY says 0 token positions, which a generator never does.
+		 */
+		values[26] = CStringGetTextDatum(snap.model.kv_tokens == 0 ? "embedding" : "generation");
+		nulls[26] = !snap.ever_ready;
+		values[27] = Int32GetDatum(snap.model.n_embd);
+		nulls[27] = !snap.ever_ready || snap.model.kv_tokens != 0;
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 	}
 	return (Datum) 0;

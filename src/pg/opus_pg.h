@@ -366,6 +366,8 @@ extern void OpusParseModelArg(FunctionCallInfo fcinfo, OpusRequest *req);
 /* embed.c */
 extern void OpusParseEmbedArgs(FunctionCallInfo fcinfo, OpusRequest *req);
 extern Datum OpusEmbeddingArray(const char *data, uint32 len);
+extern Datum OpusEmbeddingJsonb(const OpusResult *res);
+extern void OpusParseEmbedRequest(FunctionCallInfo fcinfo, OpusRequest *req);
 
 /* ---- tool calls in a chat answer (toolcalls.c) ---- */
 extern int	OpusParseToolCalls(const char *content, size_t len, const char *id_prefix,

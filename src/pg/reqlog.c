@@ -4,7 +4,7 @@
  * opus_requests.
  *
  * Design.  The supervisor pushes a START record when it hands a generation
- * request to the engine and a FINISH record when the request ends (done,
+ * or embedding request to the engine and a FINISH record when the request ends (done,
  * error, cancelled, or failed because the engine died or could not start).
  * Pushing is a copy under a spinlock: it never blocks and never waits for
  * the logger; when the ring is full the record is dropped and counted
@@ -287,6 +287,8 @@ params_json(const OpusLogRecord *r)
 {
 	const struct opus_proto_params *p = &r->params;
 
+	if (r->kind == OPUS_KIND_EMBED)
+		return pstrdup("{}");	/* no sampling parameters */
 	return psprintf("{\"max_tokens\": %d, \"temperature\": %g, \"top_p\": %g, \"top_k\": %d, "
 					"\"min_p\": %g, \"presence_penalty\": %g, \"frequency_penalty\": %g, "
 					"\"repetition_penalty\": %g, \"seed\": " UINT64_FORMAT ", \"stop_count\": %d}",
@@ -369,7 +371,8 @@ insert_row(SPIPlanPtr plan, const OpusLogRecord *st, const OpusLogRecord *fin)
 	v[k++] = Int32GetDatum(r->backend_pid);
 	v[k] = text_or_null(r->model, &n[k]);
 	k++;
-	v[k++] = CStringGetTextDatum(r->kind == OPUS_KIND_CHAT ? "chat" : "generate");
+	v[k++] = CStringGetTextDatum(r->kind == OPUS_KIND_CHAT ? "chat" :
+								 r->kind == OPUS_KIND_EMBED ? "embed" : "generate");
 	v[k++] = CStringGetTextDatum(params_json(r));
 	v[k++] = CStringGetTextDatum(OpusReqStatusName((OpusReqStatus) r->status));
 	v[k] = text_or_null(fin ? finish_name(fin->finish) : NULL, &n[k]);

@@ -12,9 +12,11 @@
  * activity text of a slot they are filling, and a rejection (a request
  * refused before it was queued, which the supervisor never sees).
  *
- * Only generation requests (opus_generate, opus_chat and their jsonb
- * variants) are counted, logged and put in the histograms; tokenize and
- * detokenize appear in pg_stat_opus_activity only.
+ * Generation requests (opus_generate, opus_chat, their jsonb, streaming,
+ * set-based and asynchronous forms) and embedding requests (opus_embed,
+ * opus_embed_many, opus_submit_embed: prompt tokens, no completion tokens,
+ * no time to first token) are counted, logged and put in the histograms;
+ * tokenize and detokenize appear in pg_stat_opus_activity only.
  *
  * Locking rules
  * -------------
@@ -156,6 +158,13 @@ static bool
 is_generation(uint8 kind)
 {
 	return kind == OPUS_KIND_GENERATE || kind == OPUS_KIND_CHAT;
+}
+
+/* Is a request of this kind counted in pg_stat_opus and the request log? */
+static bool
+is_counted(uint8 kind)
+{
+	return is_generation(kind) || kind == OPUS_KIND_EMBED;
 }
 
 /* A model path's short name: the file name without ".gguf". */
@@ -443,7 +452,7 @@ OpusStatsRejected(uint8 kind)
 {
 	char		model[OPUS_STAT_MODEL_LEN];
 
-	if (OpusStats == NULL || !is_generation(kind))
+	if (OpusStats == NULL || !is_counted(kind))
 		return;
 	current_model(model);
 	stats_apply(GetUserId(), MyDatabaseId, model, count_reject, NULL);
@@ -622,7 +631,7 @@ OpusStatsRequestSent(int i)
 		a->phase = is_generation(slot->kind) ? OPUS_PROTO_PHASE_QUEUED : 0;
 	}
 	SpinLockRelease(&a->mutex);
-	if (!is_generation(slot->kind))
+	if (!is_counted(slot->kind))
 		return;
 
 	t->id = slot->request_id;
@@ -737,7 +746,7 @@ end_without_usage(int i, OpusReqStatus status, const char *message)
 	char		model[OPUS_STAT_MODEL_LEN];
 	bool		logged;
 
-	if (!is_generation(slot->kind))
+	if (!is_counted(slot->kind))
 	{
 		clear_slot(i, slot->request_id);
 		return;
@@ -792,7 +801,7 @@ OpusStatsRequestDone(int i, const struct opus_proto_done *d, bool error)
 
 	ensure_track();
 	t = &track[i];
-	if (!is_generation(slot->kind) || t->id != slot->request_id)
+	if (!is_counted(slot->kind) || t->id != slot->request_id)
 	{
 		clear_slot(i, slot->request_id);
 		return;

@@ -235,7 +235,8 @@ for my $v (@old)
 	});
 	my %queries = (
 		job => 'SELECT * FROM opus_job',
-		items => 'SELECT * FROM opus_job_item',
+		# (0.2.0 adds model and model_version: NULL for rows done before, checked below)
+		items => "SELECT to_jsonb(i) - 'model' - 'model_version' FROM opus_job_item i",
 		runs => 'SELECT * FROM opus_job_run',
 		results => 'SELECT * FROM results',
 		# (0.2.0 adds username, filled from userid: checked below)
@@ -274,6 +275,9 @@ for my $v (@old)
 	is($node->safe_psql($db, "SELECT count(*) FILTER (WHERE username IS DISTINCT FROM userid::regrole::text) "
 		  . "FROM opus_requests WHERE request_id >= 900000000"),
 		'0', "$db: the update names the log rows' roles (username)");
+	is($node->safe_psql($db, 'SELECT count(*) FILTER (WHERE model IS NOT NULL OR model_version IS NOT NULL) '
+		  . 'FROM opus_job_item'),
+		'0', "$db: items done before the update name no model");
 	is($node->safe_psql($db, "SELECT phase || ' ' || rows_done || '/' || rows_total FROM opus_job_progress WHERE job = 'half'"),
 		'interrupted 10/20', "$db: progress shows the old run interrupted half-way");
 

@@ -75,3 +75,10 @@ GRANT SELECT ON @extschema@.pg_stat_opus_engine TO PUBLIC;
 
 COMMENT ON VIEW @extschema@.pg_stat_opus_engine
 IS 'one row per model (name: default or one of opus.models): its engine process, batch and KV cache, prefix cache, tokens per second over 10 s and 1 min, queue depth, memory; server-wide request slot and log counters on every row';
+
+-- Embedding requests are logged too, with kind 'embed' (docs/embeddings.md).
+ALTER TABLE @extschema@.opus_requests DROP CONSTRAINT opus_requests_kind_check;
+ALTER TABLE @extschema@.opus_requests ADD CONSTRAINT opus_requests_kind_check
+    CHECK (kind IN ('generate', 'chat', 'embed'));
+COMMENT ON TABLE @extschema@.opus_requests
+IS 'the request log: one row per generation or embedding request (opus.log_requests, opus.log_sample_rate), written by the opus_pg logger in database opus.database; each user sees their own rows unless they have pg_read_all_stats';

@@ -26,3 +26,31 @@ LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
 COMMENT ON FUNCTION @extschema@.opus_embed_many(text[], text, boolean, boolean, integer)
 IS 'the embedding of every input (as opus_embed), keeping "window" requests in flight so the engine encodes them in one batch (NULL: up to 16); one row per input, in input order; any failure raises and cancels the rest';
+
+-- Asynchronous embeddings (src/pg/async.c): opus_submit_embed queues the
+-- request opus_embed would make and returns its id at once; the vector is
+-- read with opus_result_embedding (or, as the OpenAI embeddings object with
+-- usage and the model, opus_result_completion).
+CREATE FUNCTION @extschema@.opus_submit_embed(
+    input text,
+    model text DEFAULT NULL,
+    "normalize" boolean DEFAULT true,
+    truncate boolean DEFAULT false,
+    detached boolean DEFAULT true)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'opus_submit_embed'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.opus_submit_embed(text, text, boolean, boolean, boolean)
+IS 'queue the embedding of input (as opus_embed) and return its request id at once; read it with opus_result_embedding or opus_result_completion';
+
+CREATE FUNCTION @extschema@.opus_result_embedding(
+    id bigint,
+    wait boolean DEFAULT true,
+    timeout interval DEFAULT NULL)
+RETURNS real[]
+AS 'MODULE_PATHNAME', 'opus_result_embedding'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.opus_result_embedding(bigint, boolean, interval)
+IS 'the vector of an asynchronous embedding request (opus_submit_embed), which is then forgotten; raises the request''s error; NULL if it has not finished (wait false, or timeout passed)';

@@ -15,7 +15,9 @@
  *   - queue a PROGRESS frame for every live generation whose phase, prompt
  *     position, generated count or KV blocks changed in that step;
  *   - flush the output buffer, plus a STATS frame when the request counts
- *     moved or, while busy, every SERVE_STATS_INTERVAL_MS; with it, for a
+ *     moved or, while busy, every SERVE_STATS_INTERVAL_MS (an embedding
+ *     model counts its opus_encode calls as steps and the tokens they
+ *     encoded as prefill tokens); with it, for a
  *     Mixture-of-Experts model, an EXPERTS frame (the context's per-layer,
  *     per-expert routed-token counters) when those moved.
  *
@@ -109,6 +111,8 @@ struct serve
 	struct pending_embed *emb;	/* EMBED requests read, not yet encoded */
 	int			n_emb;
 	int			cap_emb;
+	int64_t		enc_calls;		/* opus_encode calls that succeeded (STATS steps) */
+	int64_t		enc_tokens;		/* input tokens they encoded (STATS tokens_prefill) */
 };
 
 struct pending_embed
@@ -832,6 +836,12 @@ flush_embeds(struct serve *s)
 			st = opus_error_set(&err, OPUS_ERR_NOMEM, "out of memory encoding embeddings");
 		else
 			st = opus_encode(s->enc, items, n, normalize, &err);
+		if (st == OPUS_OK)
+		{
+			s->enc_calls++;
+			for (int k = 0; k < n; k++)
+				s->enc_tokens += items[k].n_tokens;
+		}
 		for (int k = 0; k < n; k++)
 		{
 			struct pending_embed *pe;
@@ -1163,6 +1173,12 @@ send_stats_if_changed(struct serve *s)
 	m.preemptions = st.preemptions;
 	m.prefix_hit_tokens = st.prefix_hit_tokens;
 	m.prefix_query_tokens = st.prefix_query_tokens;
+	if (s->enc)
+	{
+		/* an embedding model: its encode calls and the tokens they took */
+		m.steps = s->enc_calls;
+		m.tokens_prefill = s->enc_tokens;
+	}
 	/*
 	 * A change in the request counts sends a frame at once; while busy the
 	 * other counters are refreshed every SERVE_STATS_INTERVAL_MS; on going
