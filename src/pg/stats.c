@@ -189,16 +189,9 @@ current_model(char *out)
 	SpinLockRelease(&OpusStats->mutex);
 }
 
-/*
- * The model pg_stat_opus and the request log charge slot's request to:
- * the named model that served it (a fallback, if it went to one), else
- * the default model's short name.
- */
-static void
-slot_model(const OpusSlot *slot, char *out)
+void
+OpusStatsModelLabel(int m, char *out)
 {
-	int			m = slot->served_model;
-
 	if (m <= 0 || m >= OPUS_MAX_MODELS)
 	{
 		current_model(out);
@@ -208,6 +201,17 @@ slot_model(const OpusSlot *slot, char *out)
 	SpinLockAcquire(&OpusModel(m)->mutex);
 	strlcpy(out, OpusModel(m)->name, OPUS_STAT_MODEL_LEN);
 	SpinLockRelease(&OpusModel(m)->mutex);
+}
+
+/*
+ * The model pg_stat_opus and the request log charge slot's request to:
+ * the named model that served it (a fallback, if it went to one), else
+ * the default model's short name.
+ */
+static void
+slot_model(const OpusSlot *slot, char *out)
+{
+	OpusStatsModelLabel(slot->served_model, out);
 }
 
 static double
@@ -377,11 +381,14 @@ count_reject(OpusStatCounters *c, const void *arg)
  * Histograms
  * --------------------------------------------------------------------- */
 
-/* Add `weight` observations of value ms.  Caller holds OpusStats->mutex. */
+/*
+ * Add `weight` observations of value ms to model entry m's histogram h.
+ * Caller holds OpusStats->mutex.
+ */
 static void
-hist_add(OpusHistId h, double ms, int64 weight)
+hist_add(int m, OpusHistId h, double ms, int64 weight)
 {
-	OpusHistogram *hg = &OpusStats->hist[h];
+	OpusHistogram *hg = &OpusStats->engines[m].hist[h];
 	int			b = 0;
 
 	if (!(ms >= 0))
@@ -669,7 +676,7 @@ tokens_generated(OpusTrack *t, int32 n, TimestampTz now)
 	SpinLockAcquire(&OpusStats->mutex);
 	es->gen_total += k;
 	if (t->n_generated > 0 && t->last_token_at > 0)
-		hist_add(OPUS_HIST_ITL, ms_between(t->last_token_at, now) / k, k);
+		hist_add(t->model, OPUS_HIST_ITL, ms_between(t->last_token_at, now) / k, k);
 	add_rate_sample(es, now);
 	SpinLockRelease(&OpusStats->mutex);
 	if (t->n_generated == 0)
@@ -835,10 +842,10 @@ OpusStatsRequestDone(int i, const struct opus_proto_done *d, bool error)
 	stats_apply(slot->userid, slot->dbid, model, count_completed, &arg);
 
 	SpinLockAcquire(&OpusStats->mutex);
-	hist_add(OPUS_HIST_QUEUE, arg.queue_ms, 1);
+	hist_add(t->model, OPUS_HIST_QUEUE, arg.queue_ms, 1);
 	if (arg.ttft_ms >= 0)
-		hist_add(OPUS_HIST_TTFT, arg.ttft_ms, 1);
-	hist_add(OPUS_HIST_E2E, arg.e2e_ms, 1);
+		hist_add(t->model, OPUS_HIST_TTFT, arg.ttft_ms, 1);
+	hist_add(t->model, OPUS_HIST_E2E, arg.e2e_ms, 1);
 	SpinLockRelease(&OpusStats->mutex);
 
 	if (t->logged)

@@ -120,6 +120,8 @@ typedef struct OpusEngineStats
 	int			n_samples;
 	int			sample_head;	/* index of the newest sample */
 	OpusRateSample samples[OPUS_RATE_SAMPLES];
+	/* latency of the requests it served (pg_stat_opus_latency) */
+	OpusHistogram hist[OPUS_HIST__COUNT];
 } OpusEngineStats;
 
 typedef struct OpusStatsShared
@@ -128,7 +130,6 @@ typedef struct OpusStatsShared
 	slock_t		mutex;			/* everything below but activity[] */
 	TimestampTz stats_reset;
 	int64		evictions;
-	OpusHistogram hist[OPUS_HIST__COUNT];
 
 	/* each model entry's engine (OpusModel(i) is entry i) */
 	OpusEngineStats engines[OPUS_MAX_MODELS];
@@ -138,6 +139,13 @@ typedef struct OpusStatsShared
 } OpusStatsShared;
 
 extern OpusStatsShared *OpusStats;
+
+/*
+ * The name pg_stat_opus, the request log and the latency views give model
+ * entry m: its declared name, or for the default model (0) the short name
+ * of its file.  out has OPUS_STAT_MODEL_LEN bytes.
+ */
+extern void OpusStatsModelLabel(int m, char *out);
 extern HTAB *OpusStatHash;
 
 #endif							/* OPUS_STATS_INT_H */

@@ -5,11 +5,12 @@
  * the view at it, while the old symbol keeps working for old scripts.
  *
  *   opus_stat_v1()                 pg_stat_opus
- *   opus_stat_activity_v1()        pg_stat_opus_activity
+ *   opus_stat_activity_v2()        pg_stat_opus_activity (v2: a model column)
  *   opus_stat_engine_v2()          pg_stat_opus_engine (one row per model;
  *                                  v1: the default model's row, for 0.1.0)
- *   opus_stat_latency_v1()         pg_stat_opus_latency (count, mean, p50/p95/p99)
- *   opus_stat_latency_buckets_v1() pg_stat_opus_latency_buckets (cumulative, Prometheus style)
+ *   opus_stat_latency_v2()         pg_stat_opus_latency (per model: count, mean, p50/p95/p99)
+ *   opus_stat_latency_buckets_v2() pg_stat_opus_latency_buckets (per model, cumulative, Prometheus style)
+ *   (the _v1 functions: 0.1.0's columns, all models together)
  *   opus_stat_reset()              pg_stat_opus_reset() (revoked from PUBLIC)
  *
  * Everything is readable by everyone; the prompt text in
@@ -37,10 +38,13 @@
 
 PG_FUNCTION_INFO_V1(opus_stat_v1);
 PG_FUNCTION_INFO_V1(opus_stat_activity_v1);
+PG_FUNCTION_INFO_V1(opus_stat_activity_v2);
 PG_FUNCTION_INFO_V1(opus_stat_engine_v1);
 PG_FUNCTION_INFO_V1(opus_stat_engine_v2);
 PG_FUNCTION_INFO_V1(opus_stat_latency_v1);
+PG_FUNCTION_INFO_V1(opus_stat_latency_v2);
 PG_FUNCTION_INFO_V1(opus_stat_latency_buckets_v1);
+PG_FUNCTION_INFO_V1(opus_stat_latency_buckets_v2);
 PG_FUNCTION_INFO_V1(opus_stat_reset);
 
 static void
@@ -173,10 +177,15 @@ can_see_text(Oid owner)
 		has_privs_of_role(me, ROLE_PG_READ_ALL_STATS);
 }
 
-#define ACT_COLS 14
+#define ACT_COLS 15
 
-Datum
-opus_stat_activity_v1(PG_FUNCTION_ARGS)
+/*
+ * One row per queued or running request.  with_model: API version 2, a
+ * model column after kind (the model serving it, or asked for while it
+ * waits for the supervisor); version 1 (0.1.0) has none.
+ */
+static void
+stat_activity(FunctionCallInfo fcinfo, bool with_model)
 {
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 	OpusSlotActivity *a = palloc(sizeof(OpusSlotActivity));
@@ -194,9 +203,11 @@ opus_stat_activity_v1(PG_FUNCTION_ARGS)
 		Oid			userid,
 					dbid;
 		uint8		kind;
+		int			model;
 		TimestampTz submitted;
 		Datum		values[ACT_COLS];
 		bool		nulls[ACT_COLS];
+		char		label[OPUS_STAT_MODEL_LEN];
 		const char *state;
 		int			k = 0;
 
@@ -213,6 +224,8 @@ opus_stat_activity_v1(PG_FUNCTION_ARGS)
 		pg_read_barrier();
 		kind = slot->kind;
 		submitted = slot->submit_time;
+		/* the supervisor sets served_model before RUNNING */
+		model = st == OPUS_SLOT_RUNNING ? slot->served_model : slot->model;
 
 		SpinLockAcquire(&OpusStats->activity[i].mutex);
 		memcpy(a, &OpusStats->activity[i], sizeof(OpusSlotActivity));
@@ -236,6 +249,14 @@ opus_stat_activity_v1(PG_FUNCTION_ARGS)
 		values[k++] = ObjectIdGetDatum(dbid);
 		values[k++] = Int64GetDatum((int64) id);
 		values[k++] = CStringGetTextDatum(kind_name(kind));
+		if (with_model)
+		{
+			OpusStatsModelLabel(model, label);
+			if (label[0] != '\0')
+				values[k++] = CStringGetTextDatum(label);
+			else
+				nulls[k++] = true;
+		}
 		values[k++] = CStringGetTextDatum(state);
 		values[k++] = Int32GetDatum(a->priority);
 		values[k++] = TimestampTzGetDatum(submitted);
@@ -254,10 +275,23 @@ opus_stat_activity_v1(PG_FUNCTION_ARGS)
 			values[k++] = CStringGetTextDatum("<insufficient privilege>");
 		else if (!utf8_text_datum(a->text, a->text_len, &values[k++]))
 			nulls[k - 1] = true;
-		Assert(k == ACT_COLS);
+		Assert(k == ACT_COLS - (with_model ? 0 : 1));
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 	}
 	pfree(a);
+}
+
+Datum
+opus_stat_activity_v1(PG_FUNCTION_ARGS)
+{
+	stat_activity(fcinfo, false);
+	return (Datum) 0;
+}
+
+Datum
+opus_stat_activity_v2(PG_FUNCTION_ARGS)
+{
+	stat_activity(fcinfo, true);
 	return (Datum) 0;
 }
 
@@ -553,78 +587,167 @@ hist_quantile(const OpusHistogram *h, double q)
 	return h->max;
 }
 
+/*
+ * The histograms of every model entry in use into hist[m] (in_use[m]
+ * says which), and their sum over all entries (what version 1 shows)
+ * into all.
+ */
 static void
-copy_histograms(OpusHistogram *out)
+copy_histograms(OpusHistogram (*hist)[OPUS_HIST__COUNT], bool *in_use, OpusHistogram *all)
 {
+	int			m,
+				h,
+				b;
+
+	for (m = 0; m < OPUS_MAX_MODELS; m++)
+	{
+		SpinLockAcquire(&OpusModel(m)->mutex);
+		in_use[m] = m == 0 || OpusModel(m)->in_use;
+		SpinLockRelease(&OpusModel(m)->mutex);
+	}
 	SpinLockAcquire(&OpusStats->mutex);
-	memcpy(out, OpusStats->hist, sizeof(OpusStats->hist));
+	for (m = 0; m < OPUS_MAX_MODELS; m++)
+		memcpy(hist[m], OpusStats->engines[m].hist, sizeof(OpusStats->engines[m].hist));
 	SpinLockRelease(&OpusStats->mutex);
+	memset(all, 0, sizeof(OpusHistogram) * OPUS_HIST__COUNT);
+	for (m = 0; m < OPUS_MAX_MODELS; m++)
+		for (h = 0; h < OPUS_HIST__COUNT; h++)
+		{
+			for (b = 0; b < OPUS_HIST_NBUCKETS; b++)
+				all[h].counts[b] += hist[m][h].counts[b];
+			all[h].count += hist[m][h].count;
+			all[h].sum += hist[m][h].sum;
+			all[h].max = Max(all[h].max, hist[m][h].max);
+		}
 }
 
-#define LAT_COLS 8
+#define LAT_COLS 9
 
-Datum
-opus_stat_latency_v1(PG_FUNCTION_ARGS)
+/* Rows of pg_stat_opus_latency for hist[], after a model column if model. */
+static void
+latency_rows(ReturnSetInfo *rsinfo, const char *model, const OpusHistogram *hist)
 {
-	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
-	OpusHistogram hist[OPUS_HIST__COUNT];
 	int			h;
 
-	check_stats();
-	InitMaterializedSRF(fcinfo, 0);
-	copy_histograms(hist);
 	for (h = 0; h < OPUS_HIST__COUNT; h++)
 	{
 		const OpusHistogram *hg = &hist[h];
 		Datum		values[LAT_COLS];
 		bool		nulls[LAT_COLS];
 		bool		empty = hg->count == 0;
+		int			k = 0;
 
 		memset(nulls, 0, sizeof(nulls));
-		values[0] = CStringGetTextDatum(OpusHistNames[h]);
-		values[1] = Int64GetDatum(hg->count);
-		values[2] = Float8GetDatum(hg->sum);
-		nulls[3] = nulls[4] = nulls[5] = nulls[6] = nulls[7] = empty;
+		if (model)
+			values[k++] = CStringGetTextDatum(model);
+		values[k++] = CStringGetTextDatum(OpusHistNames[h]);
+		values[k++] = Int64GetDatum(hg->count);
+		values[k++] = Float8GetDatum(hg->sum);
+		nulls[k] = nulls[k + 1] = nulls[k + 2] = nulls[k + 3] = nulls[k + 4] = empty;
 		if (!empty)
 		{
-			values[3] = Float8GetDatum(hg->sum / hg->count);
-			values[4] = Float8GetDatum(hg->max);
-			values[5] = Float8GetDatum(hist_quantile(hg, 0.50));
-			values[6] = Float8GetDatum(hist_quantile(hg, 0.95));
-			values[7] = Float8GetDatum(hist_quantile(hg, 0.99));
+			values[k] = Float8GetDatum(hg->sum / hg->count);
+			values[k + 1] = Float8GetDatum(hg->max);
+			values[k + 2] = Float8GetDatum(hist_quantile(hg, 0.50));
+			values[k + 3] = Float8GetDatum(hist_quantile(hg, 0.95));
+			values[k + 4] = Float8GetDatum(hist_quantile(hg, 0.99));
 		}
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 	}
-	return (Datum) 0;
 }
 
-Datum
-opus_stat_latency_buckets_v1(PG_FUNCTION_ARGS)
+/* Cumulative bucket rows for hist[], after a model column if model. */
+static void
+bucket_rows(ReturnSetInfo *rsinfo, const char *model, const OpusHistogram *hist)
 {
-	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
-	OpusHistogram hist[OPUS_HIST__COUNT];
 	int			h,
 				b;
 
-	check_stats();
-	InitMaterializedSRF(fcinfo, 0);
-	copy_histograms(hist);
 	for (h = 0; h < OPUS_HIST__COUNT; h++)
 	{
 		int64		cum = 0;
 
 		for (b = 0; b < OPUS_HIST_NBUCKETS; b++)
 		{
-			Datum		values[3];
-			bool		nulls[3] = {false, false, false};
+			Datum		values[4];
+			bool		nulls[4] = {false, false, false, false};
+			int			k = 0;
 
 			cum += hist[h].counts[b];
-			values[0] = CStringGetTextDatum(OpusHistNames[h]);
-			values[1] = Float8GetDatum(OpusHistBounds[b]);
-			values[2] = Int64GetDatum(cum);
+			if (model)
+				values[k++] = CStringGetTextDatum(model);
+			values[k++] = CStringGetTextDatum(OpusHistNames[h]);
+			values[k++] = Float8GetDatum(OpusHistBounds[b]);
+			values[k++] = Int64GetDatum(cum);
 			tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 		}
 	}
+}
+
+/*
+ * pg_stat_opus_latency and _buckets.  Version 2: per model (named as in
+ * pg_stat_opus), every model in use; version 1 (0.1.0): all models
+ * together.
+ */
+static void
+stat_latency(FunctionCallInfo fcinfo, bool per_model, bool buckets)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	OpusHistogram (*hist)[OPUS_HIST__COUNT] = palloc(sizeof(OpusHistogram) * OPUS_MAX_MODELS * OPUS_HIST__COUNT);
+	OpusHistogram all[OPUS_HIST__COUNT];
+	bool		in_use[OPUS_MAX_MODELS];
+	char		label[OPUS_STAT_MODEL_LEN];
+	int			m;
+
+	check_stats();
+	InitMaterializedSRF(fcinfo, 0);
+	copy_histograms(hist, in_use, all);
+	if (!per_model)
+	{
+		if (buckets)
+			bucket_rows(rsinfo, NULL, all);
+		else
+			latency_rows(rsinfo, NULL, all);
+	}
+	else
+		for (m = 0; m < OPUS_MAX_MODELS; m++)
+		{
+			if (!in_use[m])
+				continue;
+			OpusStatsModelLabel(m, label);
+			if (buckets)
+				bucket_rows(rsinfo, label, hist[m]);
+			else
+				latency_rows(rsinfo, label, hist[m]);
+		}
+	pfree(hist);
+}
+
+Datum
+opus_stat_latency_v1(PG_FUNCTION_ARGS)
+{
+	stat_latency(fcinfo, false, false);
+	return (Datum) 0;
+}
+
+Datum
+opus_stat_latency_v2(PG_FUNCTION_ARGS)
+{
+	stat_latency(fcinfo, true, false);
+	return (Datum) 0;
+}
+
+Datum
+opus_stat_latency_buckets_v1(PG_FUNCTION_ARGS)
+{
+	stat_latency(fcinfo, false, true);
+	return (Datum) 0;
+}
+
+Datum
+opus_stat_latency_buckets_v2(PG_FUNCTION_ARGS)
+{
+	stat_latency(fcinfo, true, true);
 	return (Datum) 0;
 }
 
@@ -643,6 +766,7 @@ opus_stat_reset(PG_FUNCTION_ARGS)
 	HASH_SEQ_STATUS hs;
 	OpusStatEntry *e;
 	TimestampTz now = GetCurrentTimestamp();
+	int			m;
 
 	check_stats();
 	LWLockAcquire(OpusStats->lock, LW_EXCLUSIVE);
@@ -650,7 +774,8 @@ opus_stat_reset(PG_FUNCTION_ARGS)
 	while ((e = hash_seq_search(&hs)) != NULL)
 		hash_search(OpusStatHash, &e->key, HASH_REMOVE, NULL);
 	SpinLockAcquire(&OpusStats->mutex);
-	memset(OpusStats->hist, 0, sizeof(OpusStats->hist));
+	for (m = 0; m < OPUS_MAX_MODELS; m++)
+		memset(OpusStats->engines[m].hist, 0, sizeof(OpusStats->engines[m].hist));
 	OpusStats->evictions = 0;
 	OpusStats->stats_reset = now;
 	SpinLockRelease(&OpusStats->mutex);

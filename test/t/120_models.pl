@@ -100,6 +100,9 @@ isnt($text_tiny, $text_default, 'the two models answer differently');
 		'pg_stat_opus_engine: a row per model, its engine, its tokens and steps');
 	is(sql("SELECT model FROM pg_stat_opus_engine WHERE name = 'tiny'"), 'tiny1',
 		'the row names the file the model serves');
+	is(sql("SELECT string_agg(model || ':' || (count >= 8), ' ' ORDER BY model) FROM pg_stat_opus_latency "
+		  . "WHERE histogram = 'end_to_end'"), 'SmolLM2-135M-Instruct.Q4_1:true tiny:true',
+		'pg_stat_opus_latency: each model\'s requests in its own histograms');
 }
 
 # ---- a job with options {"model": "tiny"}

@@ -57,6 +57,8 @@ is(sql(sprintf($q, ', fallback => true')), 'tiny', 'overloaded: fallback => true
 push @waiting, start_query($node, sprintf($q, ''));
 ok(defined poll_until(60, sub { sql("SELECT count(*) FROM pg_stat_opus_activity") >= 2 }),
 	'two calls wait for the default model');
+is(sql("SELECT string_agg(DISTINCT model, ' ') FROM pg_stat_opus_activity"), 'main',
+	'pg_stat_opus_activity names the model they are in');
 kill 'CONT', $pid;
 my @served = map { my $r = wait_query($_, 120); $r->{rc} eq '0' ? $r->{out} : "failed: $r->{err}" } @waiting;
 is($served[1], $default_name, 'overloaded: an interactive call stayed with the default model');

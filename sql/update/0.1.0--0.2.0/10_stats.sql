@@ -82,3 +82,89 @@ ALTER TABLE @extschema@.opus_requests ADD CONSTRAINT opus_requests_kind_check
     CHECK (kind IN ('generate', 'chat', 'embed'));
 COMMENT ON TABLE @extschema@.opus_requests
 IS 'the request log: one row per generation or embedding request (opus.log_requests, opus.log_sample_rate), written by the opus_pg logger in database opus.database; each user sees their own rows unless they have pg_read_all_stats';
+
+-- pg_stat_opus_activity gains a model column, pg_stat_opus_latency and
+-- pg_stat_opus_latency_buckets one row set per model (API version 2;
+-- docs/models.md).  The _v1 functions stay in the library for 0.1.0.
+DROP VIEW @extschema@.pg_stat_opus_activity;
+DROP FUNCTION @extschema@.opus_stat_activity_v1();
+DROP VIEW @extschema@.pg_stat_opus_latency;
+DROP FUNCTION @extschema@.opus_stat_latency_v1();
+DROP VIEW @extschema@.pg_stat_opus_latency_buckets;
+DROP FUNCTION @extschema@.opus_stat_latency_buckets_v1();
+
+CREATE FUNCTION @extschema@.opus_stat_activity_v2(
+    OUT pid integer,
+    OUT userid oid,
+    OUT dbid oid,
+    OUT request_id bigint,
+    OUT kind text,
+    OUT model text,
+    OUT state text,
+    OUT priority integer,
+    OUT submitted_at timestamp with time zone,
+    OUT started_at timestamp with time zone,
+    OUT prompt_tokens integer,
+    OUT completion_tokens integer,
+    OUT max_tokens integer,
+    OUT kv_blocks integer,
+    OUT prompt text)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'opus_stat_activity_v2'
+LANGUAGE C VOLATILE PARALLEL RESTRICTED;
+
+COMMENT ON FUNCTION @extschema@.opus_stat_activity_v2()
+IS 'one row per queued or running request (API version 2 of pg_stat_opus_activity)';
+
+CREATE VIEW @extschema@.pg_stat_opus_activity AS
+    SELECT * FROM @extschema@.opus_stat_activity_v2();
+
+GRANT SELECT ON @extschema@.pg_stat_opus_activity TO PUBLIC;
+
+COMMENT ON VIEW @extschema@.pg_stat_opus_activity
+IS 'requests queued or running: the model serving it (or asked for while queued), state queued, prefill or decode, tokens so far, KV blocks held, and the prompt (the first 1 kB; hidden unless it is your own or you have pg_read_all_stats)';
+
+CREATE FUNCTION @extschema@.opus_stat_latency_v2(
+    OUT model text,
+    OUT histogram text,
+    OUT count bigint,
+    OUT sum_ms double precision,
+    OUT mean_ms double precision,
+    OUT max_ms double precision,
+    OUT p50_ms double precision,
+    OUT p95_ms double precision,
+    OUT p99_ms double precision)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'opus_stat_latency_v2'
+LANGUAGE C VOLATILE PARALLEL RESTRICTED;
+
+COMMENT ON FUNCTION @extschema@.opus_stat_latency_v2()
+IS 'latency summaries per model from the fixed-bucket histograms; percentiles interpolated linearly inside their bucket (API version 2 of pg_stat_opus_latency)';
+
+CREATE VIEW @extschema@.pg_stat_opus_latency AS
+    SELECT * FROM @extschema@.opus_stat_latency_v2();
+
+GRANT SELECT ON @extschema@.pg_stat_opus_latency TO PUBLIC;
+
+COMMENT ON VIEW @extschema@.pg_stat_opus_latency
+IS 'queue, time_to_first_token, inter_token_latency and end_to_end latency of completed generation requests, per model (named as in pg_stat_opus): count, mean, max, p50, p95, p99 (ms)';
+
+CREATE FUNCTION @extschema@.opus_stat_latency_buckets_v2(
+    OUT model text,
+    OUT histogram text,
+    OUT le_ms double precision,
+    OUT count bigint)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'opus_stat_latency_buckets_v2'
+LANGUAGE C VOLATILE PARALLEL RESTRICTED;
+
+COMMENT ON FUNCTION @extschema@.opus_stat_latency_buckets_v2()
+IS 'the latency histograms'' buckets per model: cumulative count of observations <= le_ms, Prometheus style (API version 2 of pg_stat_opus_latency_buckets)';
+
+CREATE VIEW @extschema@.pg_stat_opus_latency_buckets AS
+    SELECT * FROM @extschema@.opus_stat_latency_buckets_v2();
+
+GRANT SELECT ON @extschema@.pg_stat_opus_latency_buckets TO PUBLIC;
+
+COMMENT ON VIEW @extschema@.pg_stat_opus_latency_buckets
+IS 'cumulative latency histogram buckets per model (le_ms = Infinity is the total), for Prometheus';
