@@ -2,7 +2,9 @@
  * test_kv.c - the KV block pool and its prefix cache, without a model:
  * allocation and reference counts, chain hashing, publishing and lookup
  * (with token verification), LRU eviction only when the free stack is
- * empty, sequences releasing last block first, attaching cached blocks,
+ * empty, eviction fair across cache scopes (a scope flooding the cache
+ * evicts its own blocks, not another's below an equal share), sequences
+ * releasing last block first, attaching cached blocks,
  * caller-provided pool memory, and the sizes of Q8_0 blocks.
  */
 #include <stdint.h>
@@ -121,14 +123,14 @@ test_cache(void)
 	a = opus_kv_alloc(&c.kv);
 	b = opus_kv_alloc(&c.kv);
 	CHECK(opus_kv_cache_find(&c.kv, h1, root, t1) == -1, "empty cache: miss");
-	CHECK(opus_kv_cache_insert(&c.kv, a, h1, root, t1), "publish a");
+	CHECK(opus_kv_cache_insert(&c.kv, a, h1, root, t1, root), "publish a");
 	CHECK(c.kv.n_cached == 1, "one cached");
 	CHECK(opus_kv_cache_find(&c.kv, h1, root, t1) == a, "find a");
 	CHECK(opus_kv_cache_find(&c.kv, h1, root, t2) == -1, "same hash, other tokens: miss");
 	CHECK(opus_kv_cache_find(&c.kv, h1, root + 1, t1) == -1, "other parent: miss");
-	CHECK(!opus_kv_cache_insert(&c.kv, b, h1, root, t1), "a key is published once");
-	CHECK(!opus_kv_cache_insert(&c.kv, a, h2, root, t2), "a block is published once");
-	CHECK(opus_kv_cache_insert(&c.kv, b, h2, root, t2), "publish b");
+	CHECK(!opus_kv_cache_insert(&c.kv, b, h1, root, t1, root), "a key is published once");
+	CHECK(!opus_kv_cache_insert(&c.kv, a, h2, root, t2, root), "a block is published once");
+	CHECK(opus_kv_cache_insert(&c.kv, b, h2, root, t2, root), "publish b");
 
 	/* unreferenced cached blocks stay findable and count as free */
 	opus_kv_unref(&c.kv, a);
@@ -183,7 +185,8 @@ test_seq_release_order(void)
 	{
 		id[i] = opus_kv_alloc(&c.kv);
 		h[i] = opus_kv_hash_block(i ? h[i - 1] : root, toks + 4 * i, 4);
-		CHECK(opus_kv_cache_insert(&c.kv, id[i], h[i], i ? h[i - 1] : root, toks + 4 * i),
+		CHECK(opus_kv_cache_insert(&c.kv, id[i], h[i], i ? h[i - 1] : root, toks + 4 * i,
+								   root),
 			  "publish %d", i);
 		CHECK(opus_seq_append_block(&c, &s, id[i], &err) == OPUS_OK, "append %d: %s", i, err.msg);
 		opus_kv_unref(&c.kv, id[i]);	/* the sequence holds the only reference */
@@ -202,12 +205,145 @@ test_seq_release_order(void)
 	}
 	opus_seq_release(&c, &s);
 	CHECK(c.kv.n_free == 6 && c.kv.n_evictable == 3, "all evictable");
-	CHECK(c.kv.lru_head == id[2] && c.kv.lru_tail == id[0], "tail block is least recent");
+	CHECK(c.kv.scopes[c.kv.meta[id[0]].scope].lru_head == id[2] &&
+		  c.kv.scopes[c.kv.meta[id[0]].scope].lru_tail == id[0], "tail block is least recent");
 	/* drain the stack, then evictions go tail first, head last */
 	for (int i = 0; i < 3; i++)
 		(void) opus_kv_alloc(&c.kv);
 	CHECK(opus_kv_alloc(&c.kv) == id[2], "third block evicted first");
 	CHECK(opus_kv_cache_find(&c.kv, h[0], root, toks) == id[0], "head still cached");
+	opus_kv_destroy(&c.kv);
+}
+
+/*
+ * Publish one new block of scope root (tokens [tag, tag+1, ...]) with a
+ * reference, then drop it: the block stays cached and evictable.  Returns
+ * its id, or -1 if the pool had nothing to give.
+ */
+static int32_t
+publish_released(struct opus_ctx *c, uint64_t root, int32_t tag)
+{
+	int32_t		t[4] = {tag, tag + 1, tag + 2, tag + 3};
+	int32_t		id = opus_kv_alloc(&c->kv);
+
+	if (id < 0)
+		return -1;
+	CHECK(opus_kv_cache_insert(&c->kv, id, opus_kv_hash_block(root, t, 4), root, t, root),
+		  "publish tag %d", (int) tag);
+	opus_kv_unref(&c->kv, id);
+	return id;
+}
+
+/*
+ * Fair eviction across scopes.  A 12-block pool:
+ *  - scope A caches 4 blocks, then scope B publishes 40 blocks one after
+ *    another: B evicts its own blocks (it holds more), A keeps all 4 (plain
+ *    LRU would have evicted A's, the least recently released, first);
+ *  - a third scope C with 2 blocks is untouched by B's flood too;
+ *  - a scope over its share loses blocks only down to about an equal share:
+ *    A with 10 cached blocks against B's flood keeps 5 of 12 (the allocating
+ *    scope's new block is not yet counted when the victim is chosen);
+ *  - with one scope it is plain LRU (test_cache, test_seq_release_order);
+ *  - referenced blocks are never evicted, and when only another scope's
+ *    blocks are evictable they go (the pool does not refuse an allocation
+ *    while something is evictable).
+ */
+static void
+test_fair_eviction(void)
+{
+	struct opus_ctx c;
+	uint64_t	ra = opus_kv_hash_scope(opus_kv_hash_root(5, 4), 0xA),
+				rb = opus_kv_hash_scope(opus_kv_hash_root(5, 4), 0xB),
+				rc = opus_kv_hash_scope(opus_kv_hash_root(5, 4), 0xC);
+	int32_t		held[12];
+	int			lost = 0;
+
+	if (!make_kv(&c, 4, 12))
+		return;
+	for (int i = 0; i < 4; i++)
+		(void) publish_released(&c, ra, 1000 + 10 * i);
+	for (int i = 0; i < 2; i++)
+		(void) publish_released(&c, rc, 3000 + 10 * i);
+	CHECK(opus_kv_scope_cached(&c.kv, ra) == 4 && opus_kv_scope_cached(&c.kv, rc) == 2,
+		  "A holds 4, C 2");
+	for (int i = 0; i < 40; i++)
+	{
+		CHECK(publish_released(&c, rb, 2000 + 10 * i) >= 0, "B's block %d allocated", i);
+		if (opus_kv_scope_cached(&c.kv, ra) < 4 || opus_kv_scope_cached(&c.kv, rc) < 2)
+			lost++;
+	}
+	CHECK(lost == 0 && opus_kv_scope_cached(&c.kv, ra) == 4 &&
+		  opus_kv_scope_cached(&c.kv, rc) == 2,
+		  "B's flood evicted none of A's or C's blocks (A %lld, C %lld)",
+		  (long long) opus_kv_scope_cached(&c.kv, ra),
+		  (long long) opus_kv_scope_cached(&c.kv, rc));
+	CHECK(opus_kv_scope_cached(&c.kv, rb) == 6 && c.kv.evictions == 34,
+		  "B keeps the rest, 6 blocks, by evicting its own (%lld, %lld evictions)",
+		  (long long) opus_kv_scope_cached(&c.kv, rb), (long long) c.kv.evictions);
+	for (int i = 0; i < 4; i++)
+	{
+		int32_t		t[4] = {1000 + 10 * i, 1001 + 10 * i, 1002 + 10 * i, 1003 + 10 * i};
+
+		CHECK(opus_kv_cache_find(&c.kv, opus_kv_hash_block(ra, t, 4), ra, t) >= 0,
+			  "A's block %d still found", i);
+	}
+	/* B's latest block is cached: LRU within B */
+	{
+		int32_t		t[4] = {2390, 2391, 2392, 2393};
+
+		CHECK(opus_kv_cache_find(&c.kv, opus_kv_hash_block(rb, t, 4), rb, t) >= 0,
+			  "B's most recent block survives");
+	}
+	opus_kv_destroy(&c.kv);
+
+	/* A over its share: evicted down to 5 of 12, then B evicts its own */
+	if (!make_kv(&c, 4, 12))
+		return;
+	for (int i = 0; i < 10; i++)
+		(void) publish_released(&c, ra, 1000 + 10 * i);
+	for (int i = 0; i < 30; i++)
+		(void) publish_released(&c, rb, 2000 + 10 * i);
+	CHECK(opus_kv_scope_cached(&c.kv, ra) == 5 && opus_kv_scope_cached(&c.kv, rb) == 7,
+		  "A 10 -> %lld, B %lld", (long long) opus_kv_scope_cached(&c.kv, ra),
+		  (long long) opus_kv_scope_cached(&c.kv, rb));
+	{
+		/* A lost its least recently released blocks: its first ones */
+		int32_t		t0[4] = {1000, 1001, 1002, 1003};
+		int32_t		t9[4] = {1090, 1091, 1092, 1093};
+
+		CHECK(opus_kv_cache_find(&c.kv, opus_kv_hash_block(ra, t0, 4), ra, t0) < 0 &&
+			  opus_kv_cache_find(&c.kv, opus_kv_hash_block(ra, t9, 4), ra, t9) >= 0,
+			  "LRU within A");
+	}
+	opus_kv_destroy(&c.kv);
+
+	/*
+	 * B's blocks all in use: A's idle ones are taken (work-conserving), and
+	 * a referenced block is never taken.
+	 */
+	if (!make_kv(&c, 4, 12))
+		return;
+	for (int i = 0; i < 3; i++)
+		(void) publish_released(&c, ra, 1000 + 10 * i);
+	for (int i = 0; i < 9; i++)
+	{
+		int32_t		t[4] = {2000 + 10 * i, 0, 0, 0};
+
+		held[i] = opus_kv_alloc(&c.kv);
+		CHECK(held[i] >= 0 && opus_kv_cache_insert(&c.kv, held[i], opus_kv_hash_block(rb, t, 4),
+												   rb, t, rb), "B holds block %d", i);
+	}
+	CHECK(c.kv.n_free == 3 && opus_kv_scope_cached(&c.kv, rb) == 9, "B: 9 in use");
+	held[9] = opus_kv_alloc(&c.kv);
+	CHECK(held[9] >= 0 && opus_kv_scope_cached(&c.kv, ra) == 2,
+		  "nothing of B's evictable: A's block goes");
+	held[10] = opus_kv_alloc(&c.kv);
+	held[11] = opus_kv_alloc(&c.kv);
+	CHECK(held[11] >= 0 && opus_kv_scope_cached(&c.kv, ra) == 0 && opus_kv_alloc(&c.kv) == -1,
+		  "then nothing left: -1");
+	for (int i = 0; i < 12; i++)
+		opus_kv_unref(&c.kv, held[i]);
+	CHECK(c.kv.n_free == 12 && c.kv.n_evictable == 9 && c.kv.n_cached == 9, "all back");
 	opus_kv_destroy(&c.kv);
 }
 
@@ -262,6 +398,7 @@ main(void)
 	test_hash();
 	test_cache();
 	test_seq_release_order();
+	test_fair_eviction();
 	test_memory();
 	test_q8_0_sizes();
 	return UNIT_DONE();

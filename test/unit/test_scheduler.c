@@ -6,7 +6,8 @@
  * max_tokens, priorities (and their aging), submit-time rejections, and the
  * prefix cache: hits change no output (greedy and seeded, alone, rerun,
  * staggered), are counted in tokens, and survive LRU eviction; cache
- * scopes, fair share between tenants and the aging ceiling.
+ * scopes (and eviction fair across them), fair share between tenants and
+ * the aging ceiling.
  */
 #include <math.h>
 #include <stdint.h>
@@ -1150,6 +1151,68 @@ test_cache_scope(void)
 }
 
 /*
+ * Fair eviction across scopes through the scheduler: on a 16-block pool,
+ * scope A runs a prompt, then scope B runs six unrelated prompts (more than
+ * the pool holds), then A reruns its prompt: its prefix is still cached
+ * (B evicted its own blocks) and the output is unchanged.  The control run
+ * floods from A's own scope: then A's prompt is evicted (least recently
+ * used within a scope), so the pool is really too small for everything.
+ */
+static void
+test_scope_eviction(void)
+{
+	static char pa[1024],
+				pb[6][1024];
+	struct opus_event first,
+				again;
+	char		first_text[TEXT_CAP];
+
+	snprintf(pa, sizeof(pa), "%s%s", long_prefix, "Arrived late but works well.");
+	for (int i = 0; i < 6; i++)
+		snprintf(pb[i], sizeof(pb[i]), "Note %d of a different kind: %s%s", i, long_prefix,
+				 "It is a blender.");
+	for (int control = 0; control < 2; control++)
+	{
+		struct opus_ctx *c = make_ctx(16, 16, 64, 512);
+		struct collector *col = calloc(1, sizeof(*col));
+		struct opus_sched *s = NULL;
+		struct opus_error err = {0};
+		struct opus_gen_params p = gen(4, 0.0f, 0, 0);
+		uint64_t	flood = control ? 0xA : 0xB;
+
+		if (!c || !col)
+			return;
+		CHECK(opus_sched_create(c, on_event, col, &s, &err) == OPUS_OK, "create");
+		p.ignore_eos = true;
+		p.cache_scope = 0xA;
+		first = run_one(s, col, 1, pa, &p);
+		if (got_for(col, 1))
+			snprintf(first_text, sizeof(first_text), "%s", got_for(col, 1)->text);
+		p.cache_scope = flood;
+		for (int i = 0; i < 6; i++)
+			(void) run_one(s, col, 10 + i, pb[i], &p);
+		CHECK(c->kv.evictions > 0, "the flood evicted (%lld evictions)",
+			  (long long) c->kv.evictions);
+		p.cache_scope = 0xA;
+		again = run_one(s, col, 2, pa, &p);
+		if (!control)
+		{
+			CHECK(first.n_cached == 0 && again.n_cached >= 48,
+				  "A's prefix survives B's flood (%d of %d prompt tokens cached)",
+				  again.n_cached, again.n_prompt);
+			CHECK(got_for(col, 2) && strcmp(got_for(col, 2)->text, first_text) == 0,
+				  "same output from the cache");
+		}
+		else
+			CHECK(again.n_cached == 0,
+				  "control: A's own flood evicts its prompt (%d cached)", again.n_cached);
+		opus_sched_free(s);
+		free(col);
+		opus_ctx_free(c);
+	}
+}
+
+/*
  * Fair share: with room for two sequences, tenant 1 queues six requests,
  * then tenant 2 one.  The least-served tenant goes first, so tenant 2's
  * request is admitted at the first free place, not after tenant 1's
@@ -1614,6 +1677,7 @@ main(void)
 	test_prefix_eviction();
 	test_aging();
 	test_cache_scope();
+	test_scope_eviction();
 	test_fair_share();
 	test_fair_weights();
 	test_no_hol();

@@ -33,11 +33,27 @@
  *
  * A cached block whose last reference goes away is not freed: it joins an
  * LRU list of evictable blocks (still findable).  opus_kv_alloc takes from
- * the free stack first and evicts the least recently released cached block
- * only when the stack is empty.  n_free counts both, so "free" means
- * "allocatable".  Sequences release their blocks last-first, so a prefix's
- * tail is evicted before its head (a head is worth more: every longer
- * prefix goes through it).
+ * the free stack first and evicts a cached block only when the stack is
+ * empty.  n_free counts both, so "free" means "allocatable".  Sequences
+ * release their blocks last-first, so a prefix's tail is evicted before its
+ * head (a head is worth more: every longer prefix goes through it).
+ *
+ * Fair eviction across scopes.  Every cached block belongs to the scope it
+ * was published under (the chain root of its request: one per role, or per
+ * widened scope), and each scope keeps its own LRU list.  The victim is the
+ * least recently released block of the scope that holds the most cached
+ * blocks (referenced or not) among those with an evictable one; a tie goes
+ * to the scope whose candidate was released first, so with one scope this
+ * is plain LRU.  A scope that floods the cache with new prompts therefore
+ * evicts its own blocks once it holds more than another scope, and takes
+ * another scope's only while that one holds at least as many: every scope
+ * keeps its cached blocks up to an equal share of what is cached (max-min
+ * fairness, no setting).  The one exception is a pool whose only evictable
+ * blocks are another scope's (the flooder's are all in use by its running
+ * sequences): the pool is work-conserving, so they go rather than the
+ * running sequence being preempted.  The victim search scans the scope
+ * slots ever used (at most the number of scopes that had blocks cached at
+ * once), which is small next to a step's forward pass.
  *
  * Everything here is used by the context's single caller thread.
  */
@@ -103,7 +119,6 @@ opus_kv_init(struct opus_kv *kv, const struct opus_hparams *hp,
 	uint64_t	nb = 1;
 
 	memset(kv, 0, sizeof(*kv));
-	kv->lru_head = kv->lru_tail = -1;
 	if (p->block_size < 1 || p->block_size > 4096 || p->n_blocks < 1 ||
 		p->n_blocks > INT32_MAX)
 		return opus_error_set(err, OPUS_ERR_INVALID_ARG,
@@ -167,7 +182,9 @@ opus_kv_init(struct opus_kv *kv, const struct opus_hparams *hp,
 	kv->meta = calloc((size_t) p->n_blocks, sizeof(*kv->meta));
 	kv->block_tokens = malloc((size_t) p->n_blocks * (size_t) p->block_size * sizeof(int32_t));
 	kv->buckets = malloc((size_t) nb * sizeof(int32_t));
-	if (!kv->refcount || !kv->free_list || !kv->meta || !kv->block_tokens || !kv->buckets)
+	kv->scopes = calloc((size_t) p->n_blocks, sizeof(*kv->scopes));
+	if (!kv->refcount || !kv->free_list || !kv->meta || !kv->block_tokens || !kv->buckets ||
+		!kv->scopes)
 	{
 		opus_kv_destroy(kv);
 		return opus_error_set(err, OPUS_ERR_NOMEM, "out of memory for kv block tables");
@@ -179,6 +196,7 @@ opus_kv_init(struct opus_kv *kv, const struct opus_hparams *hp,
 	{
 		kv->free_list[i] = (int32_t) (p->n_blocks - 1 - i);
 		kv->meta[i].hnext = kv->meta[i].lru_prev = kv->meta[i].lru_next = -1;
+		kv->meta[i].scope = -1;
 	}
 	kv->n_stack = p->n_blocks;
 	kv->n_free = p->n_blocks;
@@ -195,40 +213,112 @@ opus_kv_destroy(struct opus_kv *kv)
 	free(kv->meta);
 	free(kv->block_tokens);
 	free(kv->buckets);
+	free(kv->scopes);
 	memset(kv, 0, sizeof(*kv));
-	kv->lru_head = kv->lru_tail = -1;
 }
 
-/* ---- the evictable list ---- */
+/* ---- scopes and their evictable lists ---- */
+
+/*
+ * The slot of the scope keyed key, taking an unused one (n_cached 0) if it
+ * has none; -1 only if every slot is taken, which cannot happen (a slot in
+ * use has a cached block, and there are n_blocks slots).
+ */
+static int32_t
+scope_slot(struct opus_kv *kv, uint64_t key)
+{
+	int32_t		unused = -1;
+
+	for (int32_t i = 0; i < kv->n_scopes; i++)
+	{
+		if (kv->scopes[i].n_cached == 0)
+		{
+			if (unused < 0)
+				unused = i;
+		}
+		else if (kv->scopes[i].key == key)
+			return i;
+	}
+	if (unused < 0)
+	{
+		if (kv->n_scopes >= kv->n_blocks)
+			return -1;
+		unused = kv->n_scopes++;
+	}
+	kv->scopes[unused].key = key;
+	kv->scopes[unused].n_evictable = 0;
+	kv->scopes[unused].lru_head = kv->scopes[unused].lru_tail = -1;
+	return unused;
+}
+
+int64_t
+opus_kv_scope_cached(const struct opus_kv *kv, uint64_t scope)
+{
+	for (int32_t i = 0; i < kv->n_scopes; i++)
+		if (kv->scopes[i].n_cached > 0 && kv->scopes[i].key == scope)
+			return kv->scopes[i].n_cached;
+	return 0;
+}
 
 static void
 lru_remove(struct opus_kv *kv, int32_t id)
 {
 	struct opus_kv_meta *m = &kv->meta[id];
+	struct opus_kv_scope *sc = &kv->scopes[m->scope];
 
 	if (m->lru_prev >= 0)
 		kv->meta[m->lru_prev].lru_next = m->lru_next;
 	else
-		kv->lru_head = m->lru_next;
+		sc->lru_head = m->lru_next;
 	if (m->lru_next >= 0)
 		kv->meta[m->lru_next].lru_prev = m->lru_prev;
 	else
-		kv->lru_tail = m->lru_prev;
+		sc->lru_tail = m->lru_prev;
 	m->lru_prev = m->lru_next = -1;
+	sc->n_evictable--;
+	kv->n_evictable--;
 }
 
 static void
 lru_append(struct opus_kv *kv, int32_t id)
 {
 	struct opus_kv_meta *m = &kv->meta[id];
+	struct opus_kv_scope *sc = &kv->scopes[m->scope];
 
+	m->released = ++kv->clock;
 	m->lru_next = -1;
-	m->lru_prev = kv->lru_tail;
-	if (kv->lru_tail >= 0)
-		kv->meta[kv->lru_tail].lru_next = id;
+	m->lru_prev = sc->lru_tail;
+	if (sc->lru_tail >= 0)
+		kv->meta[sc->lru_tail].lru_next = id;
 	else
-		kv->lru_head = id;
-	kv->lru_tail = id;
+		sc->lru_head = id;
+	sc->lru_tail = id;
+	sc->n_evictable++;
+	kv->n_evictable++;
+}
+
+/*
+ * The block to evict: the least recently released evictable block of the
+ * scope with the most cached blocks among those that have one (ties: the
+ * earliest released candidate); -1 if nothing is evictable.
+ */
+static int32_t
+eviction_victim(const struct opus_kv *kv)
+{
+	const struct opus_kv_scope *best = NULL;
+
+	for (int32_t i = 0; i < kv->n_scopes; i++)
+	{
+		const struct opus_kv_scope *sc = &kv->scopes[i];
+
+		if (sc->n_evictable == 0)
+			continue;
+		if (!best || sc->n_cached > best->n_cached ||
+			(sc->n_cached == best->n_cached &&
+			 kv->meta[sc->lru_head].released < kv->meta[best->lru_head].released))
+			best = sc;
+	}
+	return best ? best->lru_head : -1;
 }
 
 /* ---- the hash table ---- */
@@ -244,6 +334,8 @@ table_remove(struct opus_kv *kv, int32_t id)
 		*link = kv->meta[id].hnext;
 	kv->meta[id].hnext = -1;
 	kv->meta[id].cached = false;
+	kv->scopes[kv->meta[id].scope].n_cached--;
+	kv->meta[id].scope = -1;
 	kv->n_cached--;
 }
 
@@ -265,14 +357,20 @@ opus_kv_cache_find(const struct opus_kv *kv, uint64_t hash, uint64_t parent,
 
 bool
 opus_kv_cache_insert(struct opus_kv *kv, int32_t id, uint64_t hash,
-					 uint64_t parent, const int32_t *tokens)
+					 uint64_t parent, const int32_t *tokens, uint64_t scope)
 {
 	struct opus_kv_meta *m = &kv->meta[id];
 	int32_t    *head;
+	int32_t		slot;
 
 	if (m->cached || kv->refcount[id] <= 0 ||
 		opus_kv_cache_find(kv, hash, parent, tokens) >= 0)
 		return false;
+	slot = scope_slot(kv, scope);
+	if (slot < 0)
+		return false;
+	m->scope = slot;
+	kv->scopes[slot].n_cached++;
 	m->hash = hash;
 	m->parent = parent;
 	memcpy(kv->block_tokens + (size_t) id * kv->block_size, tokens,
@@ -330,12 +428,10 @@ opus_kv_alloc(struct opus_kv *kv)
 
 	if (kv->n_stack > 0)
 		id = kv->free_list[--kv->n_stack];
-	else if (kv->lru_head >= 0)
+	else if ((id = eviction_victim(kv)) >= 0)
 	{
-		id = kv->lru_head;
 		lru_remove(kv, id);
 		table_remove(kv, id);
-		kv->n_evictable--;
 		kv->evictions++;
 	}
 	else
@@ -352,7 +448,6 @@ opus_kv_retain(struct opus_kv *kv, int32_t id)
 	{
 		/* only a cached block can be found while unreferenced */
 		lru_remove(kv, id);
-		kv->n_evictable--;
 		kv->n_free--;
 	}
 	kv->refcount[id]++;
@@ -364,10 +459,7 @@ opus_kv_unref(struct opus_kv *kv, int32_t id)
 	if (--kv->refcount[id] > 0)
 		return;
 	if (kv->meta[id].cached)
-	{
 		lru_append(kv, id);
-		kv->n_evictable++;
-	}
 	else
 		kv->free_list[kv->n_stack++] = id;
 	kv->n_free++;

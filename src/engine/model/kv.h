@@ -23,10 +23,25 @@ struct opus_kv_meta
 {
 	uint64_t	hash;			/* chain hash (valid while cached) */
 	uint64_t	parent;			/* the previous block's chain hash */
+	uint64_t	released;		/* kv->clock when it last became evictable */
 	int32_t		hnext;			/* next block in the hash bucket, -1 = end */
-	int32_t		lru_prev;		/* evictable list links, -1 = end */
+	int32_t		lru_prev;		/* its scope's evictable list links, -1 = end */
 	int32_t		lru_next;
+	int32_t		scope;			/* index into kv->scopes (valid while cached) */
 	bool		cached;			/* in the hash table */
+};
+
+/*
+ * A prefix-cache scope that has blocks in the table (kv.c's header gives
+ * the eviction rule).  A slot with n_cached 0 is unused.
+ */
+struct opus_kv_scope
+{
+	uint64_t	key;			/* the scope's chain root (opus_kv_hash_scope) */
+	int64_t		n_cached;		/* its blocks in the table */
+	int64_t		n_evictable;	/* of those, unreferenced */
+	int32_t		lru_head;		/* its unreferenced cached blocks, least recent first */
+	int32_t		lru_tail;
 };
 
 struct opus_kv
@@ -50,8 +65,9 @@ struct opus_kv
 	int32_t    *block_tokens;	/* [n_blocks][block_size] tokens of cached blocks */
 	int32_t    *buckets;		/* [bucket_mask + 1] first block, -1 = none */
 	uint64_t	bucket_mask;
-	int32_t		lru_head;		/* unreferenced cached blocks, least recent first */
-	int32_t		lru_tail;
+	struct opus_kv_scope *scopes;	/* [n_blocks] slots, [0, n_scopes) ever used */
+	int32_t		n_scopes;
+	uint64_t	clock;			/* release counter (meta.released) */
 	int64_t		n_cached;		/* blocks in the hash table */
 	int64_t		n_evictable;	/* of those, unreferenced */
 	int64_t		evictions;
@@ -67,8 +83,9 @@ size_t		opus_kv_block_bytes(const struct opus_hparams *hp, int block_size,
 size_t		opus_kv_head_bytes(const struct opus_hparams *hp, int block_size,
 							   enum opus_kv_type type);
 /*
- * Take a block (refcount 1): from the free stack, else by evicting the least
- * recently released cached block; -1 if neither exists.
+ * Take a block (refcount 1): from the free stack, else by evicting an
+ * unreferenced cached block (of the scope holding the most cached blocks,
+ * its least recently released one: kv.c's header); -1 if neither exists.
  */
 int32_t		opus_kv_alloc(struct opus_kv *kv);
 /* Add a reference (an unreferenced cached block stops being evictable). */
@@ -92,11 +109,16 @@ uint64_t	opus_kv_hash_scope(uint64_t root, uint64_t scope);
 int32_t		opus_kv_cache_find(const struct opus_kv *kv, uint64_t hash,
 							   uint64_t parent, const int32_t *tokens);
 /*
- * Publish the full, referenced block id under (hash, parent, tokens).  False
- * (nothing changes) if that key is cached already or id is cached.
+ * Publish the full, referenced block id under (hash, parent, tokens) for
+ * the scope whose chain root is scope (its share of the cache is counted by
+ * that key).  False (nothing changes) if that key is cached already or id
+ * is cached.
  */
 bool		opus_kv_cache_insert(struct opus_kv *kv, int32_t id, uint64_t hash,
-								 uint64_t parent, const int32_t *tokens);
+								 uint64_t parent, const int32_t *tokens,
+								 uint64_t scope);
+/* Cached blocks of the scope with chain root scope (0 if it has none). */
+int64_t		opus_kv_scope_cached(const struct opus_kv *kv, uint64_t scope);
 /*
  * Append the full block id to seq (whose positions must fill whole blocks)
  * with a new reference: seq->n_pos grows by block_size.

@@ -126,8 +126,9 @@ sched_admit(struct opus_sched *s, int qi, int32_t n_match)
 
 /*
  * Publish r's blocks that have become full since the last call in the
- * prefix cache.  A block whose key is cached already (the same prefix
- * computed by another sequence in the same step) stays private.
+ * prefix cache, under r's scope (its chain root: the scope's share of the
+ * cache is counted by it).  A block whose key is cached already (the same
+ * prefix computed by another sequence in the same step) stays private.
  */
 void
 sched_publish_blocks(struct opus_sched *s, struct sched_req *r)
@@ -142,7 +143,7 @@ sched_publish_blocks(struct opus_sched *s, struct sched_req *r)
 		uint64_t	parent = i == 0 ? r->root : r->hashes[i - 1];
 
 		(void) opus_kv_cache_insert(opus_ctx_kv(s->ctx), r->seq.blocks[i], r->hashes[i], parent,
-									r->tokens + (size_t) i * s->block_size);
+									r->tokens + (size_t) i * s->block_size, r->root);
 	}
 	if (full > r->n_published)
 		r->n_published = full;

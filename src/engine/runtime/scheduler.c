@@ -67,6 +67,8 @@
  * Prefix-cache scopes: a request's chain hashes start from a root derived
  * from its cache_scope, so requests of different scopes never find each
  * other's blocks (nor learn, by a hit or its timing, what the other sent).
+ * Blocks are published under that root as their scope, and eviction is fair
+ * between scopes (kv.c): one scope flooding the cache evicts its own.
  *
  * Fair share (virtual token counters, Sheng et al., OSDI '24): every tenant
  * has a counter of the service it got, prompt tokens put through the model
