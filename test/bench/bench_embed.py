@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
 """bench_embed.py - the two halves of test/bench/bench_embed.sh.
 
-  bench_embed.py texts DIR       write DIR/short.txt (1,000 texts of 10-60
-                                 tokens) and DIR/long.txt (200 of ~400)
+  bench_embed.py texts DIR [N_SHORT N_LONG]
+                                 write DIR/short.txt (1,000 texts of 10-60
+                                 tokens) and DIR/long.txt (200 of ~400), or
+                                 the first N_SHORT and N_LONG of them
   bench_embed.py llama MODEL FILE THREADS
                                  embed FILE's lines with llama-cpp-python
                                  (llama.cpp, all inputs in one embed() call,
@@ -22,16 +24,16 @@ WORDS = ("the database index query planner table row column vacuum buffer cache 
          "football marathon telescope galaxy planet comet orbit station").split()
 
 
-def make_texts(d):
+def make_texts(d, n_short=1000, n_long=200):
     rng = random.Random(19)
+    short = [" ".join(rng.choice(WORDS) for _ in range(rng.randint(8, 55))).capitalize() + "."
+             for _ in range(1000)]
+    long = [" ".join(rng.choice(WORDS) for _ in range(rng.randint(380, 410))).capitalize() + "."
+            for _ in range(200)]
     with open(f"{d}/short.txt", "w") as f:
-        for _ in range(1000):
-            f.write(" ".join(rng.choice(WORDS) for _ in range(rng.randint(8, 55))).capitalize()
-                    + ".\n")
+        f.writelines(t + "\n" for t in short[:n_short])
     with open(f"{d}/long.txt", "w") as f:
-        for _ in range(200):
-            f.write(" ".join(rng.choice(WORDS) for _ in range(rng.randint(380, 410))).capitalize()
-                    + ".\n")
+        f.writelines(t + "\n" for t in long[:n_long])
 
 
 def llama(model, path, threads):
@@ -47,6 +49,6 @@ def llama(model, path, threads):
 
 if __name__ == "__main__":
     if sys.argv[1] == "texts":
-        make_texts(sys.argv[2])
+        make_texts(sys.argv[2], *(int(a) for a in sys.argv[3:5]))
     else:
         llama(sys.argv[2], sys.argv[3], int(sys.argv[4]))
