@@ -68,6 +68,11 @@ FROM opus_models ORDER BY name COLLATE "C";
 SELECT name, state, engine_pid > 0 AS has_pid, model, threads, generated_tokens > 0 AS generated,
        kv_blocks_total > 0 AS has_kv, busy_slots = (SELECT busy_slots FROM pg_stat_opus_engine WHERE name = 'default') AS same_slots
 FROM pg_stat_opus_engine ORDER BY name COLLATE "C";
+-- opus_model_info(name): one model's row; 42704 for an unknown name.
+SELECT name, state, regexp_replace(path, '^.*/', '') AS file FROM opus_model_info('ghost');
+SELECT (opus_model_info('default')).name;
+SELECT try($$SELECT opus_model_info('nope')$$);
+SELECT opus_model_info(NULL) IS NULL AS null_in_null_out;
 -- fallback => is accepted by every generation function.
 SELECT length(opus_generate('Hello', max_tokens => 2, temperature => 0, fallback => true)) > 0 AS ok;
 SELECT try($$SELECT opus_generate('x', model => 'ghost', fallback => false)$$);

@@ -265,6 +265,27 @@ COMMENT ON VIEW @extschema@.opus_models IS 'the declared models and their state'
 
 GRANT SELECT ON @extschema@.opus_models TO PUBLIC;
 
+-- opus_model_info(name): the opus_models row of one model (42704 if none).
+CREATE FUNCTION @extschema@.opus_model_info(name text)
+RETURNS @extschema@.opus_models
+LANGUAGE plpgsql VOLATILE STRICT PARALLEL RESTRICTED
+AS $$
+DECLARE
+    r @extschema@.opus_models;
+BEGIN
+    SELECT * INTO r FROM @extschema@.opus_models_v1() m WHERE m.name OPERATOR(pg_catalog.=) $1;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'opus model "%" does not exist', $1
+            USING ERRCODE = 'undefined_object',
+                  HINT = 'Models are declared in opus.models; SELECT name FROM opus_models lists them.';
+    END IF;
+    RETURN r;
+END
+$$;
+
+COMMENT ON FUNCTION @extschema@.opus_model_info(text)
+IS 'the opus_models row of one declared model (default or a name of opus.models)';
+
 CREATE FUNCTION @extschema@.opus_model_swap(name text, path text, canaries jsonb DEFAULT NULL)
 RETURNS void
 AS 'MODULE_PATHNAME', 'opus_model_swap'
