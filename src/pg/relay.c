@@ -667,12 +667,22 @@ check_fallback_vocab(int m)
 
 	bad = f >= 0 && models[m].vocab_known && models[f].vocab_known && !vocab_same(m, f);
 	if (bad == mc->fallback_vocab_bad)
+	{
+		/* a restart of m cleared last_error: say it again (no log) */
+		if (bad && mc->note[0] == '\0')
+		{
+			SpinLockAcquire(&e->mutex);
+			if (e->last_error[0] == '\0')
+				snprintf(e->last_error, sizeof(e->last_error),
+						 "fallback \"%s\" is not used: its vocabulary differs from this model's",
+						 entry_name(f));
+			SpinLockRelease(&e->mutex);
+		}
 		return;
+	}
 	mc->fallback_vocab_bad = bad;
-	if (f < 0)
-		return;
 	snprintf(msg, sizeof(msg), "fallback \"%s\" is not used: its vocabulary differs from this model's",
-			 entry_name(f));
+			 f >= 0 ? entry_name(f) : "");
 	if (bad)
 	{
 		snprintf(detail, sizeof(detail),
@@ -689,13 +699,16 @@ check_fallback_vocab(int m)
 	}
 	else
 	{
+		/* resolved, or no fallback any more: forget the note */
 		SpinLockAcquire(&e->mutex);
-		if (strcmp(e->last_error, msg) == 0)
+		if (strncmp(e->last_error, "fallback \"", 10) == 0 &&
+			strstr(e->last_error, "\" is not used: its vocabulary differs") != NULL)
 			e->last_error[0] = e->last_error_detail[0] = '\0';
 		SpinLockRelease(&e->mutex);
-		ereport(LOG,
-				(errmsg("opus_pg: model \"%s\": its fallback \"%s\" shares its vocabulary again",
-						entry_name(m), entry_name(f))));
+		if (f >= 0)
+			ereport(LOG,
+					(errmsg("opus_pg: model \"%s\": its fallback \"%s\" shares its vocabulary again",
+							entry_name(m), entry_name(f))));
 	}
 }
 

@@ -101,6 +101,13 @@ kill 'CONT', $pid;
 @served = map { my $r = wait_query($_, 120); $r->{rc} eq '0' ? $r->{out} : "failed: $r->{err}" } @wait_c;
 is_deeply(\@served, [ 'c', 'c' ], 'both are served by c');
 is(sql("SELECT fallback_requests FROM opus_models WHERE name = 'odd'"), 0, 'odd served none');
+# c declared without the fallback: the note goes.
+$node->append_conf('postgresql.conf',
+	"opus.models = 'tiny=$dir/tiny.gguf; threads=1; kv_cache_size=8, odd=$dir/odd.gguf; threads=1; kv_cache_size=8, "
+	  . "c=$dir/c.gguf; threads=1; kv_cache_size=8'\n");
+$node->reload;
+ok(defined poll_until(60, sub { sql("SELECT coalesce(last_error, '') FROM opus_models WHERE name = 'c'") eq '' }),
+	'without the fallback, c\'s last_error is clear again');
 
 # a fallback that is not declared: logged, no fallback
 $node->append_conf('postgresql.conf', "opus.model_fallback = nosuch\n");
