@@ -176,6 +176,49 @@ SELECT try($$SELECT opus_job_create('e4', 'embed_docs', '{id}', '{{body}}', 'e4_
 SELECT opus_job_drop('embed_docs', drop_target => true), opus_job_drop('embed_docs2');
 DROP TABLE embed_docs, embed_vec2;
 
+-- Query / document prefixes declared with the model (nomic's
+-- 'search_query: ' / 'search_document: '): input_type picks one and is then
+-- required; the text sent is the prefix and the input.
+CREATE TEMP TABLE prefixed AS
+SELECT opus_embed('search_query: how do cats sleep', 'minilm') AS q,
+       opus_embed('search_document: Cats sleep most of the day.', 'minilm') AS d,
+       opus_embed('how do cats sleep', 'minilm') AS plain;
+SELECT opus_embed('x', 'minilm', input_type => 'query') = opus_embed('x', 'minilm') AS no_prefix_declared;
+ALTER SYSTEM SET opus.models = 'minilm = all-MiniLM-L6-v2; threads = 1; query_prefix = ''search_query: ''; document_prefix = ''search_document: ''';
+SELECT pg_reload_conf();
+-- (the new declaration is in force once input_type is required)
+DO $$
+BEGIN
+    FOR i IN 1..1200 LOOP
+        BEGIN
+            PERFORM opus_embed('x', 'minilm');
+        EXCEPTION WHEN invalid_parameter_value THEN
+            EXIT;
+        END;
+        PERFORM pg_sleep(0.05);
+    END LOOP;
+END $$;
+SELECT opus_embed('how do cats sleep', 'minilm', input_type => 'query') = p.q AS query_prefixed,
+       opus_embed('Cats sleep most of the day.', 'minilm', input_type => 'document') = p.d AS document_prefixed,
+       opus_embed('how do cats sleep', 'minilm', input_type => 'query') <> p.plain AS differs_from_plain
+FROM prefixed p;
+SELECT try($$SELECT opus_embed('how do cats sleep', 'minilm')$$);
+SELECT try($$SELECT opus_embed('x', 'minilm', input_type => 'passage')$$);
+SELECT m.embedding = p.d AS many_document
+FROM prefixed p, opus_embed_many(ARRAY['Cats sleep most of the day.'], 'minilm', input_type => 'document') m;
+SELECT opus_result_embedding(opus_submit_embed('how do cats sleep', 'minilm', input_type => 'query')) = p.q AS async_query
+FROM prefixed p;
+-- A job's rows are documents unless its options say "input_type": "query".
+CREATE TABLE cat_docs (id integer PRIMARY KEY, body text);
+INSERT INTO cat_docs VALUES (1, 'Cats sleep most of the day.');
+SELECT opus_job_create('cat_docs', 'cat_docs', '{id}', '{{body}}', 'cat_vec', target_column => 'v',
+                       options => '{"embed": true, "model": "minilm"}') > 0 AS created;
+CALL opus_job_run('cat_docs');
+SELECT v.v = p.d AS job_document FROM cat_vec v, prefixed p;
+SELECT try($$SELECT opus_job_create('e5', 'cat_docs', '{id}', '{{body}}', 'e5_out', options => '{"embed": true, "input_type": "passage"}')$$);
+SELECT opus_job_drop('cat_docs', drop_target => true);
+DROP TABLE cat_docs;
+
 DROP FUNCTION cosine(real[], real[]);
 DROP FUNCTION norm(real[]);
 ALTER SYSTEM RESET opus.models;

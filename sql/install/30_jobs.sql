@@ -394,12 +394,15 @@ BEGIN
     IF @extschema@.opus_job_embeds(options) THEN
         -- An embedding job: the arguments of opus_embed, and a token budget.
         FOR k IN SELECT pg_catalog.jsonb_object_keys(options) LOOP
-            IF NOT k OPERATOR(pg_catalog.=) ANY (ARRAY['embed', 'model', 'normalize', 'truncate', 'batch_tokens']) THEN
+            IF NOT k OPERATOR(pg_catalog.=) ANY (ARRAY['embed', 'model', 'normalize', 'truncate', 'input_type', 'batch_tokens']) THEN
                 RAISE EXCEPTION 'job option "%" does not apply to an embedding job', k
                     USING ERRCODE = 'invalid_parameter_value',
-                          HINT = 'An embedding job takes the arguments of opus_embed (model, normalize, truncate) and batch_tokens.';
+                          HINT = 'An embedding job takes the arguments of opus_embed (model, normalize, truncate, input_type) and batch_tokens.';
             END IF;
         END LOOP;
+        IF COALESCE(options OPERATOR(pg_catalog.->>) 'input_type', 'document') OPERATOR(pg_catalog.<>) ALL (ARRAY['query', 'document']) THEN
+            RAISE EXCEPTION 'job option "input_type" must be "query" or "document"' USING ERRCODE = 'invalid_parameter_value';
+        END IF;
         IF options OPERATOR(pg_catalog.?) 'batch_tokens'
            AND (pg_catalog.jsonb_typeof(options OPERATOR(pg_catalog.->) 'batch_tokens') OPERATOR(pg_catalog.<>) 'number'
                 OR (options OPERATOR(pg_catalog.->>) 'batch_tokens')::numeric OPERATOR(pg_catalog.<) 1
@@ -503,7 +506,8 @@ $$;
 COMMENT ON FUNCTION @extschema@.opus_job_submit(text, jsonb)
 IS 'internal: submit one prompt with a job''s options, attached to the session';
 
--- The same for a row of an embedding job (opus_submit_embed).
+-- The same for a row of an embedding job (opus_submit_embed; a row is a
+-- document unless the options say "input_type": "query").
 CREATE FUNCTION @extschema@.opus_job_submit_embed(input text, options jsonb)
 RETURNS bigint
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
@@ -514,7 +518,8 @@ BEGIN
         options OPERATOR(pg_catalog.->>) 'model',
         (options OPERATOR(pg_catalog.->>) 'normalize')::boolean,
         (options OPERATOR(pg_catalog.->>) 'truncate')::boolean,
-        detached => false);
+        detached => false,
+        input_type => COALESCE(options OPERATOR(pg_catalog.->>) 'input_type', 'document'));
 END
 $$;
 

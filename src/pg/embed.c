@@ -26,15 +26,54 @@
 PG_FUNCTION_INFO_V1(opus_embed);
 
 /*
+ * The prefix model entry req->model declares for input_type ("query" or
+ * "document", NULL = not given) into req: none when the model declares
+ * none; 22023 for another input_type, or for none when the model has
+ * prefixes (so that a caller cannot forget them).
+ */
+static void
+embed_prefix(const char *input_type, OpusRequest *req)
+{
+	OpusEngineStatus *e = OpusModel(req->model);
+	char		query[OPUS_EMBED_PREFIX_LEN];
+	char		document[OPUS_EMBED_PREFIX_LEN];
+	char	   *prefix;
+
+	if (input_type && strcmp(input_type, "query") != 0 && strcmp(input_type, "document") != 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("input_type must be 'query' or 'document'")));
+	SpinLockAcquire(&e->mutex);
+	strlcpy(query, e->query_prefix, sizeof(query));
+	strlcpy(document, e->document_prefix, sizeof(document));
+	SpinLockRelease(&e->mutex);
+	req->prefix = NULL;
+	req->prefix_len = 0;
+	if (query[0] == '\0' && document[0] == '\0')
+		return;
+	if (input_type == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("this embedding model needs input_type 'query' or 'document'"),
+				 errdetail("Its declaration in opus.models gives query and document prefixes."),
+				 errhint("Pass input_type => 'query' for a search query, 'document' for text to be searched.")));
+	prefix = pstrdup(strcmp(input_type, "query") == 0 ? query : document);
+	req->prefix = prefix;
+	req->prefix_len = strlen(prefix);
+}
+
+/*
  * The EMBED options of an opus_embed* call into req: "normalize" (NULL or
- * absent = true), truncate (NULL or absent = false); the model never falls
- * back (a fallback model need not embed at all).
+ * absent = true), truncate (NULL or absent = false), input_type (the
+ * model's prefix, embed_prefix); the model never falls back (a fallback
+ * model need not embed at all).
  */
 void
 OpusParseEmbedArgs(FunctionCallInfo fcinfo, OpusRequest *req)
 {
 	int			norm = OpusArgNo(fcinfo, "normalize");
 	int			trunc = OpusArgNo(fcinfo, "truncate");
+	int			itype = OpusArgNo(fcinfo, "input_type");
 
 	req->params.max_tokens = 1;
 	req->params.temperature = 0.0f;
@@ -47,6 +86,7 @@ OpusParseEmbedArgs(FunctionCallInfo fcinfo, OpusRequest *req)
 		req->embed_flags |= OPUS_PROTO_EMBED_NORMALIZE;
 	if (trunc >= 0 && !PG_ARGISNULL(trunc) && PG_GETARG_BOOL(trunc))
 		req->embed_flags |= OPUS_PROTO_EMBED_TRUNCATE;
+	embed_prefix(itype >= 0 && !PG_ARGISNULL(itype) ? text_to_cstring(PG_GETARG_TEXT_PP(itype)) : NULL, req);
 }
 
 /*

@@ -20,7 +20,9 @@
  * q8_0), max_batch_tokens, role (only members of that role may use the
  * model), fallback (another declared model, or "default") with max_ttft
  * (ms; while the model's time to first token misses it, requests that
- * allow it go to the fallback).  Names are lower-case identifiers, unique, not "default".  The
+ * allow it go to the fallback), query_prefix and document_prefix (an
+ * embedding model's text before every input of that input_type, in
+ * 'quotes' to keep blanks at its ends; no ',' or ';' inside).  Names are lower-case identifiers, unique, not "default".  The
  * check hook refuses a malformed value, so a reload never half-applies.
  * See docs/models.md.
  */
@@ -185,9 +187,29 @@ parse_option(const char *opt, OpusModelDecl *d, char *err, size_t errlen)
 		}
 		strlcpy(d->role, val, sizeof(d->role));
 	}
+	else if (strcmp(key, "query_prefix") == 0 || strcmp(key, "document_prefix") == 0)
+	{
+		/* kept as written: 'quotes' keep blanks at its ends ('search_query: ') */
+		size_t		len = strlen(val);
+		char	   *to = key[0] == 'q' ? d->query_prefix : d->document_prefix;
+
+		if (len >= 2 && val[0] == '\'' && val[len - 1] == '\'')
+		{
+			memmove(val, val + 1, len - 2);
+			val[len - 2] = '\0';
+			len -= 2;
+		}
+		if (len >= OPUS_EMBED_PREFIX_LEN || strchr(val, '\'') != NULL)
+		{
+			snprintf(err, errlen, "Model \"%s\": %s must be at most %d bytes, without quotes inside.",
+					 d->name, key, OPUS_EMBED_PREFIX_LEN - 1);
+			return false;
+		}
+		strlcpy(to, val, OPUS_EMBED_PREFIX_LEN);
+	}
 	else
 	{
-		snprintf(err, errlen, "Model \"%s\": unknown option \"%s\" (known: device, threads, kv_cache_size, kv_cache_type, max_batch_tokens, role, fallback, max_ttft).",
+		snprintf(err, errlen, "Model \"%s\": unknown option \"%s\" (known: device, threads, kv_cache_size, kv_cache_type, max_batch_tokens, role, fallback, max_ttft, query_prefix, document_prefix).",
 				 d->name, key);
 		return false;
 	}
@@ -363,7 +385,7 @@ OpusDefineModelSettings(bool preloading)
 {
 	DefineCustomStringVariable("opus.models",
 							   "Named models served beside the default one: name=path[;option=value...], ...",
-							   "Options: device, threads, kv_cache_size, kv_cache_type, max_batch_tokens, role, fallback, max_ttft. "
+							   "Options: device, threads, kv_cache_size, kv_cache_type, max_batch_tokens, role, fallback, max_ttft, query_prefix, document_prefix. "
 							   "Each model gets its own engine; see docs/models.md.",
 							   &opus_models,
 							   "",

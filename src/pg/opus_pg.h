@@ -145,6 +145,8 @@ typedef enum OpusEngineState
 /* Models served at once: the default (entry 0) and opus.models entries. */
 #define OPUS_MAX_MODELS			8
 #define OPUS_MODEL_NAME_LEN		64
+/* An embedding model's query / document prefix (opus.models), NUL included. */
+#define OPUS_EMBED_PREFIX_LEN	64
 
 /* Warm-up prompts of a swap (opus_model_swap's canaries argument). */
 #define OPUS_MAX_CANARIES		4
@@ -188,6 +190,9 @@ typedef struct OpusEngineStatus
 	int			threads;
 	/* fallback under overload (declared with fallback= and max_ttft=) */
 	char		fallback[OPUS_MODEL_NAME_LEN];	/* "" = none */
+	/* an embedding model's input prefixes (opus.models; "" = none) */
+	char		query_prefix[OPUS_EMBED_PREFIX_LEN];
+	char		document_prefix[OPUS_EMBED_PREFIX_LEN];
 	int			max_ttft_ms;	/* time-to-first-token objective, 0 = none */
 	bool		overloaded;		/* the objective is missed now */
 	double		recent_ttft_ms; /* the signal: slowest waiting / recent mean */
@@ -264,6 +269,8 @@ typedef struct OpusModelDecl
 	int			kv_cache_size_mb;	/* 0 = opus.kv_cache_size */
 	int			kv_cache_type;	/* -1 = opus.kv_cache_type */
 	int			max_batch_tokens;	/* 0 = opus.max_batch_tokens */
+	char		query_prefix[OPUS_EMBED_PREFIX_LEN];	/* "" = none */
+	char		document_prefix[OPUS_EMBED_PREFIX_LEN]; /* "" = none */
 } OpusModelDecl;
 
 extern bool OpusParseModels(const char *value, OpusModelDecl *out, int *n_out,
@@ -301,6 +308,9 @@ typedef struct OpusRequest
 	size_t		tools_len;
 	/* EMBED: text plus OPUS_PROTO_EMBED_* flags */
 	uint32		embed_flags;
+	/* EMBED: the model's prefix for this input_type, sent before text */
+	const char *prefix;
+	size_t		prefix_len;
 	/* DETOKENIZE */
 	int32	   *tokens;
 	int			n_tokens;

@@ -111,8 +111,10 @@ payload_size(const OpusRequest *req)
 	{
 		case OPUS_KIND_GENERATE:
 		case OPUS_KIND_TOKENIZE:
-		case OPUS_KIND_EMBED:
 			n = add_size(n, req->text_len);
+			break;
+		case OPUS_KIND_EMBED:
+			n = add_size(n, add_size(req->prefix_len, req->text_len));
 			break;
 		case OPUS_KIND_CHAT:
 			for (i = 0; i < req->n_messages; i++)
@@ -137,8 +139,10 @@ data_size(const OpusRequest *req)
 	{
 		case OPUS_KIND_GENERATE:
 		case OPUS_KIND_TOKENIZE:
-		case OPUS_KIND_EMBED:
 			n = req->text_len;
+			break;
+		case OPUS_KIND_EMBED:
+			n = req->prefix_len + req->text_len;	/* the model's prefix first */
 			break;
 		case OPUS_KIND_CHAT:
 			for (i = 0; i < req->n_messages; i++)
@@ -193,7 +197,11 @@ OpusEncodeRequest(const OpusRequest *req, char *buf, Size cap,
 	{
 		case OPUS_KIND_GENERATE:
 		case OPUS_KIND_TOKENIZE:
+			opus_proto_w_bytes(&w, req->text, req->text_len);
+			break;
 		case OPUS_KIND_EMBED:
+			if (req->prefix_len > 0)
+				opus_proto_w_bytes(&w, req->prefix, req->prefix_len);
 			opus_proto_w_bytes(&w, req->text, req->text_len);
 			break;
 		case OPUS_KIND_CHAT:

@@ -208,6 +208,8 @@ apply_declarations(void)
 		SpinLockAcquire(&OpusModel(found)->mutex);
 		strlcpy(OpusModel(found)->fallback, decl[k].fallback, sizeof(OpusModel(found)->fallback));
 		OpusModel(found)->max_ttft_ms = decl[k].max_ttft_ms;
+		strlcpy(OpusModel(found)->query_prefix, decl[k].query_prefix, OPUS_EMBED_PREFIX_LEN);
+		strlcpy(OpusModel(found)->document_prefix, decl[k].document_prefix, OPUS_EMBED_PREFIX_LEN);
 		SpinLockRelease(&OpusModel(found)->mutex);
 		keep[found] = true;
 	}
