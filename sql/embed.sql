@@ -172,6 +172,25 @@ SELECT try($$SELECT opus_job_create('e1', 'embed_docs', '{id}', '{{body}}', 'e1_
 SELECT try($$SELECT opus_job_create('e2', 'embed_docs', '{id}', '{{body}}', 'e2_out', options => '{"embed": true, "batch_tokens": 0}')$$);
 SELECT try($$SELECT opus_job_create('e3', 'embed_docs', '{id}', '{{body}}', 'embed_vec2', target_column => 'note', options => '{"embed": true}')$$);
 SELECT try($$SELECT opus_job_create('e4', 'embed_docs', '{id}', '{{body}}', 'e4_out', options => '{"embed": "yes"}')$$);
+-- The token budget: rows of 39 bytes count 39 / 3 + 2 = 15 tokens, so a
+-- budget of 40 takes two rows, and none more while those two are in flight.
+CREATE TABLE budget_docs (id integer PRIMARY KEY, body text);
+INSERT INTO budget_docs SELECT i, repeat('x', 38) || i % 10 FROM generate_series(1, 5) AS i;
+SELECT opus_job_create('budget', 'budget_docs', '{id}', '{{body}}', 'budget_vec', target_column => 'v',
+                       options => '{"embed": true, "model": "minilm", "batch_tokens": 40}') > 0 AS created;
+SELECT opus_job_take_in(j) AS taken_in FROM opus_job j WHERE j.name = 'budget';
+CREATE TEMP TABLE budget_fill AS
+SELECT f.* FROM opus_job j, opus_job_fill(j, 100, '{}', '{}', '{}', '{}', '{}', '{}', '{}') f WHERE j.name = 'budget';
+SELECT taken, cardinality(req_ids) AS in_flight, opus_job_token_estimate(repeat('x', 39)) AS tokens_per_row
+FROM budget_fill;
+SELECT f2.taken AS taken_while_full
+FROM opus_job j, budget_fill b,
+     opus_job_fill(j, 100, b.req_items, '{}', b.req_items, '{}', '{}', '{}', '{}') f2 WHERE j.name = 'budget';
+SELECT count(*) FILTER (WHERE array_length(opus_result_embedding(x), 1) = 384) AS read
+FROM budget_fill, unnest(req_ids) AS x;
+SELECT opus_job_drop('budget', drop_target => true);
+DROP TABLE budget_docs;
+
 -- (a pgvector vector target is tested by TAP 190 where pgvector is installed)
 SELECT opus_job_drop('embed_docs', drop_target => true), opus_job_drop('embed_docs2');
 DROP TABLE embed_docs, embed_vec2;
