@@ -96,3 +96,25 @@ SELECT try($$SELECT * FROM opus_chat_stream('[{"role": "user", "content": "Hi"}]
 SELECT try($$SELECT * FROM opus_chat_stream_completion('[{"role": "user", "content": "Hi"}]', tools => '{}')$$);
 SELECT try($$SELECT opus_submit_chat('[{"role": "user", "content": "Hi"}]', tools => '[{"type": "function"}]')$$);
 SELECT try($$SELECT * FROM opus_chat_many(ARRAY['[{"role": "user", "content": "Hi"}]'::jsonb], tools => '"f"')$$);
+
+-- A conversation that went through a tool call, in the OpenAI shape: the
+-- assistant message carries tool_calls, the result tool_call_id; their
+-- members reach the template as they are (docs/tools.md; the renderer's
+-- goldens against jinja2 are test/golden/jinja/chat_items.golden).
+-- SmolLM2's template prints only role and content: the same prompt as
+-- without them.
+\set call_msgs '[{"role": "user", "content": "What is the weather in Paris?"}, {"role": "assistant", "content": "", "tool_calls": [{"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": "{}"}}]}, {"role": "tool", "tool_call_id": "call_1", "content": "21 degrees"}]'
+\set plain_msgs '[{"role": "user", "content": "What is the weather in Paris?"}, {"role": "assistant", "content": ""}, {"role": "tool", "content": "21 degrees"}]'
+SELECT (opus_chat_completion(:'call_msgs', max_tokens => 1, temperature => 0, tools => :'tools')->'usage'->>'prompt_tokens')::int
+     = (opus_chat_completion(:'plain_msgs', max_tokens => 1, temperature => 0, tools => :'tools')->'usage'->>'prompt_tokens')::int AS members_ignored_by_smollm2;
+-- content null (OpenAI's form beside tool_calls) is null for the template:
+-- SmolLM2's template adds it to a string and fails, as jinja2 does.
+SELECT try($$SELECT opus_chat('[{"role": "user", "content": "Hi"}, {"role": "assistant", "content": null, "tool_calls": [{"id": "c", "type": "function", "function": {"name": "f", "arguments": "{}"}}]}, {"role": "user", "content": "Go on"}]', max_tokens => 1)$$);
+-- Malformed: 22023.
+SELECT try($$SELECT opus_chat('[{"role": "user", "content": "Hi", "tool_calls": []}]')$$);
+SELECT try($$SELECT opus_chat('[{"role": "assistant", "content": "", "tool_calls": {}}]')$$);
+SELECT try($$SELECT opus_chat('[{"role": "assistant", "content": "", "tool_calls": [{"type": "function", "function": {}}]}]')$$);
+SELECT try($$SELECT opus_chat('[{"role": "assistant", "content": "", "tool_calls": [{"function": {"name": "f", "arguments": 1}}]}]')$$);
+SELECT try($$SELECT opus_chat('[{"role": "assistant", "content": "", "tool_calls": [{"type": "code", "function": {"name": "f"}}]}]')$$);
+SELECT try($$SELECT opus_chat('[{"role": "tool", "content": "x", "tool_call_id": 7}]')$$);
+SELECT try($$SELECT opus_chat('[{"role": "user", "content": null}]')$$);

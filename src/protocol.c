@@ -788,8 +788,10 @@ opus_proto_parse_submit(const uint8_t *buf, size_t len,
 			{
 				size_t		pos = 0;
 				uint32_t	n_tools = 0;
+				uint32_t	n_members = 0;
+				bool		after_message = false;	/* the item before is a message */
 
-				if (m->n_items == 0 || m->n_items > OPUS_PROTO_MAX_MESSAGES + 1)
+				if (m->n_items == 0 || m->n_items > 2 * OPUS_PROTO_MAX_MESSAGES + 1)
 				{
 					*why = "SUBMIT has a bad number of chat messages";
 					return false;
@@ -804,6 +806,16 @@ opus_proto_parse_submit(const uint8_t *buf, size_t len,
 						return false;
 					}
 					n_tools += m->data[pos] == OPUS_ROLE_TOOLS;
+					if (m->data[pos] == OPUS_ROLE_MEMBERS)
+					{
+						if (!after_message)
+						{
+							*why = "SUBMIT chat members item does not follow a message";
+							return false;
+						}
+						n_members++;
+					}
+					after_message = m->data[pos] < OPUS_ROLE_TOOLS;
 					n = opus_proto_get_u32(m->data + pos + 1);
 					pos += 5;
 					if (n > m->data_len - pos ||
@@ -819,8 +831,8 @@ opus_proto_parse_submit(const uint8_t *buf, size_t len,
 					*why = "SUBMIT has trailing bytes after the chat messages";
 					return false;
 				}
-				if (n_tools > 1 || m->n_items - n_tools == 0 ||
-					m->n_items - n_tools > OPUS_PROTO_MAX_MESSAGES)
+				if (n_tools > 1 || m->n_items - n_tools - n_members == 0 ||
+					m->n_items - n_tools - n_members > OPUS_PROTO_MAX_MESSAGES)
 				{
 					*why = "SUBMIT has a bad number of chat messages or tool lists";
 					return false;

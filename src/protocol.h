@@ -56,14 +56,15 @@
 #include "params.h"
 
 #define OPUS_PROTO_MAGIC		0x5355504FU /* "OPUS" read as little-endian u32 */
-#define OPUS_PROTO_VERSION		9	/* 2: PROGRESS, prefix counters in STATS;
+#define OPUS_PROTO_VERSION		11	/* 2: PROGRESS, prefix counters in STATS;
 									 * 3: KV settings in HELLO, priority in SUBMIT;
 									 * 4: EXPERTS; 5: tenant block in SUBMIT;
 									 * 6: step target, starvation limit in HELLO;
 									 * 7: chat roles tool and tools;
 									 * 8: allow_special_tokens and a grammar
 									 * block in SUBMIT; 9: EMBED, EMBEDDING;
-									 * 10: vocab_hash in READY */
+									 * 10: vocab_hash in READY;
+									 * 11: chat item members */
 #define OPUS_PROTO_HEADER_SIZE	16
 #define OPUS_PROTO_MAX_PAYLOAD	(16U * 1024 * 1024)
 #define OPUS_PROTO_MAX_STOP		OPUS_PARAM_MAX_STOP /* stop strings per request */
@@ -146,6 +147,11 @@ enum opus_proto_role
 	OPUS_ROLE_TOOL = 3,			/* a tool's result */
 	OPUS_ROLE_TOOLS = 4,		/* not a message: the tool definitions (a JSON
 								 * array) for the template; at most one */
+	OPUS_ROLE_MEMBERS = 5,		/* not a message: the other members of the
+								 * message item just before it (a JSON object:
+								 * tool_calls, tool_call_id, name, a content
+								 * that is not a string, ...); at most one per
+								 * message */
 	OPUS_ROLE__COUNT
 };
 
@@ -263,8 +269,9 @@ struct opus_proto_str
  *   data.
  * data: GENERATE/TOKENIZE: the prompt bytes (n_items = 0);
  *       EMBED: the text bytes (n_items = OPUS_PROTO_EMBED_* flags);
- *       CHAT: n_items x (u8 role, u32 len, bytes): at least one message
- *             and at most one OPUS_ROLE_TOOLS item (tools JSON);
+ *       CHAT: n_items x (u8 role, u32 len, bytes): at least one message,
+ *             at most one OPUS_ROLE_TOOLS item (tools JSON), and after a
+ *             message at most one OPUS_ROLE_MEMBERS item (JSON object);
  *       DETOKENIZE: n_items x i32 token ids (data_len = 4 * n_items).
  * The parsed struct points into the payload buffer.
  */

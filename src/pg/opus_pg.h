@@ -304,6 +304,10 @@ typedef struct OpusRequest
 	uint8	   *roles;
 	const char **contents;
 	size_t	   *content_lens;
+	/* each message's other members (a JSON object, UTF-8; NULL = none),
+	 * sent after it as an OPUS_ROLE_MEMBERS item (NULL array = none) */
+	const char **members;
+	size_t	   *member_lens;
 	const char *tools;
 	size_t		tools_len;
 	/* EMBED: text plus OPUS_PROTO_EMBED_* flags */

@@ -118,7 +118,11 @@ payload_size(const OpusRequest *req)
 			break;
 		case OPUS_KIND_CHAT:
 			for (i = 0; i < req->n_messages; i++)
+			{
 				n = add_size(n, 5 + req->content_lens[i]);
+				if (req->members && req->members[i])
+					n = add_size(n, 5 + req->member_lens[i]);
+			}
 			if (req->tools)
 				n = add_size(n, 5 + req->tools_len);
 			break;
@@ -146,7 +150,11 @@ data_size(const OpusRequest *req)
 			break;
 		case OPUS_KIND_CHAT:
 			for (i = 0; i < req->n_messages; i++)
+			{
 				n += 5 + req->content_lens[i];
+				if (req->members && req->members[i])
+					n += 5 + req->member_lens[i];
+			}
 			if (req->tools)
 				n += 5 + req->tools_len;
 			break;
@@ -154,6 +162,17 @@ data_size(const OpusRequest *req)
 			n = (Size) req->n_tokens * 4;
 			break;
 	}
+	return n;
+}
+
+/* A chat request's items: the tools, the messages and their members. */
+static uint32
+chat_items(const OpusRequest *req)
+{
+	uint32		n = (uint32) req->n_messages + (req->tools ? 1 : 0);
+
+	for (int i = 0; req->members && i < req->n_messages; i++)
+		n += req->members[i] != NULL;
 	return n;
 }
 
@@ -188,8 +207,7 @@ OpusEncodeRequest(const OpusRequest *req, char *buf, Size cap,
 	opus_proto_encode_submit_tenant(&w, &tenant);
 	opus_proto_encode_submit_grammar(&w, req->grammar,
 									 req->grammar ? (uint32) req->grammar_len : 0);
-	opus_proto_encode_submit_data_head(&w, req->kind == OPUS_KIND_CHAT ?
-									   (uint32) req->n_messages + (req->tools ? 1 : 0) :
+	opus_proto_encode_submit_data_head(&w, req->kind == OPUS_KIND_CHAT ? chat_items(req) :
 									   req->kind == OPUS_KIND_DETOKENIZE ? (uint32) req->n_tokens :
 									   req->kind == OPUS_KIND_EMBED ? req->embed_flags : 0,
 									   (uint32) data_size(req));
@@ -209,8 +227,13 @@ OpusEncodeRequest(const OpusRequest *req, char *buf, Size cap,
 				opus_proto_encode_chat_message(&w, OPUS_ROLE_TOOLS, req->tools,
 											   (uint32) req->tools_len);
 			for (i = 0; i < req->n_messages; i++)
+			{
 				opus_proto_encode_chat_message(&w, req->roles[i], req->contents[i],
 											   (uint32) req->content_lens[i]);
+				if (req->members && req->members[i])
+					opus_proto_encode_chat_message(&w, OPUS_ROLE_MEMBERS, req->members[i],
+												   (uint32) req->member_lens[i]);
+			}
 			break;
 		case OPUS_KIND_DETOKENIZE:
 			for (i = 0; i < req->n_tokens; i++)

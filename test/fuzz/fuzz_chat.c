@@ -118,6 +118,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		else
 			msgs[n].role = seg + 1; /* whatever text follows: a bogus role */
 		msgs[n].content = len > 0 ? seg + 1 : seg;
+		msgs[n].members = NULL;
 		n++;
 		off += len + (end ? 1 : 0);
 	}

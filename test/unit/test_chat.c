@@ -169,9 +169,9 @@ test_golden(void)
 static void
 test_errors(void)
 {
-	struct opus_chat_msg ok[1] = {{"user", "hi"}};
-	struct opus_chat_msg bad_role[2] = {{"user", "hi"}, {"tool", "x"}};
-	struct opus_chat_msg null_content[1] = {{"user", NULL}};
+	struct opus_chat_msg ok[1] = {{"user", "hi", NULL}};
+	struct opus_chat_msg bad_role[2] = {{"user", "hi", NULL}, {"tool", "x", NULL}};
+	struct opus_chat_msg null_content[1] = {{"user", NULL, NULL}};
 	char	   *out = (char *) 1;
 	size_t		len = 7;
 	struct opus_error err = {0};

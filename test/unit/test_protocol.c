@@ -285,6 +285,15 @@ test_submit(void)
 		CHECK(parse_submit_copy(buf, len, &m, &why), "a tools item and a tool message parse");
 		buf[role2_at] = OPUS_ROLE_TOOLS;
 		CHECK(!parse_submit_copy(buf, len, &m, &why), "two tools items rejected");
+		/* members: after a message only */
+		buf[role_at] = OPUS_ROLE_SYSTEM;
+		buf[role2_at] = OPUS_ROLE_MEMBERS;
+		CHECK(parse_submit_copy(buf, len, &m, &why), "a message and its members parse (%s)",
+			  why ? why : "");
+		buf[role_at] = OPUS_ROLE_TOOLS;
+		CHECK(!parse_submit_copy(buf, len, &m, &why), "members after the tools item rejected");
+		buf[role_at] = OPUS_ROLE_MEMBERS;
+		CHECK(!parse_submit_copy(buf, len, &m, &why), "members first rejected");
 	}
 
 	/* out-of-range parameters are rejected by the parser too */

@@ -426,105 +426,12 @@ tokenize(struct serve *s, const char *text, size_t len, bool parse_special,
 }
 
 /*
- * Chat message contents are data: special-token text in them ("<|im_end|>")
- * must not close the turn and open one the user forged.  When a content has
- * control-token text, the messages are rendered a second time with a marker
- * in place of each content; the markers give where each content (as it is,
- * or trimmed as templates' `| trim` does) lies in the real rendering, and
- * those spans are tokenized as plain text (opus_tokenizer_encode_spans).
- */
-#define CONTENT_MARK "\x1fopus-content-"
-
-struct spans
-{
-	struct opus_text_span *v;
-	int			n,
-				cap;
-};
-
-static bool
-spans_push(struct spans *sp, size_t off, size_t len)
-{
-	if (sp->n == sp->cap)
-	{
-		int			cap = sp->cap ? sp->cap * 2 : 16;
-		struct opus_text_span *v = realloc(sp->v, (size_t) cap * sizeof(*v));
-
-		if (!v)
-			return false;
-		sp->v = v;
-		sp->cap = cap;
-	}
-	sp->v[sp->n].off = off;
-	sp->v[sp->n].len = len;
-	sp->n++;
-	return true;
-}
-
-static bool
-is_jinja_space(char c)
-{
-	return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f';
-}
-
-/*
- * Walk the marked rendering (rm) beside the real one (r), taking content i
- * (trimmed when trim) for each marker; true when that yields r exactly,
- * with the contents' spans in sp.
- */
-static bool
-match_marked(const char *r, size_t rlen, const char *rm, size_t rmlen,
-			 const struct opus_chat_msg *msgs, int n, bool trim,
-			 struct spans *sp, bool *oom)
-{
-	size_t		p = 0,
-				q = 0,
-				ml = strlen(CONTENT_MARK);
-
-	sp->n = 0;
-	while (p < rmlen)
-	{
-		if (rmlen - p > ml && memcmp(rm + p, CONTENT_MARK, ml) == 0)
-		{
-			char	   *end;
-			unsigned long i = strtoul(rm + p + ml, &end, 10);
-			const char *c;
-			size_t		cl;
-
-			if (end == rm + p + ml || (size_t) (end - rm) >= rmlen || *end != '\x1f' || i >= (unsigned long) n)
-				return false;
-			c = msgs[i].content;
-			cl = strlen(c);
-			if (trim)
-			{
-				while (cl > 0 && is_jinja_space(*c))
-					c++, cl--;
-				while (cl > 0 && is_jinja_space(c[cl - 1]))
-					cl--;
-			}
-			if (rlen - q < cl || memcmp(r + q, c, cl) != 0)
-				return false;
-			if (cl > 0 && !spans_push(sp, q, cl))
-			{
-				*oom = true;
-				return false;
-			}
-			q += cl;
-			p = (size_t) (end - rm) + 1;
-			continue;
-		}
-		if (q >= rlen || r[q] != rm[p])
-			return false;
-		p++, q++;
-	}
-	return q == rlen;
-}
-
-/*
  * Render chat messages with the model's template into a malloc'd string;
- * *literal / *n_literal (malloc'd, may be NULL / 0): the spans to tokenize
- * as plain text.  An OPUS_ROLE_TOOLS item (validated: at most one) is not a
- * message but the template's `tools`.
+ * *literal / *n_literal (malloc'd, may be NULL / 0): the spans of user text
+ * to tokenize as plain text (text/chat_literal.c).  An OPUS_ROLE_TOOLS item
+ * (validated: at most one) is not a message but the template's `tools`; an
+ * OPUS_ROLE_MEMBERS item (validated: after a message) the members of the
+ * message before it.
  */
 static enum opus_status
 render_chat(struct serve *s, const struct opus_proto_submit *m,
@@ -532,20 +439,13 @@ render_chat(struct serve *s, const struct opus_proto_submit *m,
 			struct opus_text_span **literal, int *n_literal,
 			struct opus_error *err)
 {
-	static const char *const roles[OPUS_ROLE__COUNT] = {"system", "user", "assistant", "tool", NULL};
+	static const char *const roles[OPUS_ROLE__COUNT] = {"system", "user", "assistant", "tool", NULL, NULL};
 	struct opus_chat_msg *msgs;
-	struct opus_chat_msg *marked = NULL;
 	const char *tools = NULL;
 	size_t		tools_len = 0;
 	int			n_msgs = 0;
 	char	   *store;
-	char	   *marks = NULL;
-	char	   *rm = NULL;
-	size_t		rm_len = 0;
 	uint32_t	pos = 0;
-	int32_t		control = -1;
-	struct spans sp = {0};
-	bool		oom = false;
 	enum opus_status st;
 
 	*literal = NULL;
@@ -574,68 +474,24 @@ render_chat(struct serve *s, const struct opus_proto_submit *m,
 			{
 				tools = w;
 				tools_len = c.len;
-				w += c.len + 1;
-				continue;
 			}
-			msgs[n_msgs].role = roles[role];
-			msgs[n_msgs].content = w;
-			n_msgs++;
-			if (control < 0 && !m->params.allow_special_tokens)
-				control = opus_tokenizer_find_control(s->tok, c.ptr, c.len);
+			else if (role == OPUS_ROLE_MEMBERS)
+			{
+				if (n_msgs > 0)
+					msgs[n_msgs - 1].members = w;
+			}
+			else
+			{
+				msgs[n_msgs].role = roles[role];
+				msgs[n_msgs].content = w;
+				n_msgs++;
+			}
 			w += c.len + 1;
 		}
 	}
-	st = opus_chat_renderer_apply(s->chat, msgs, n_msgs, tools, tools_len, true,
-								  text, text_len, err);
-	if (st != OPUS_OK || control < 0)
-		goto out;
-
-	/* a content has special-token text: find where the contents are */
-	marked = calloc(m->n_items, sizeof(*marked));
-	marks = malloc((size_t) m->n_items * 40);
-	if (!marked || !marks)
-	{
-		st = opus_error_set(err, OPUS_ERR_NOMEM, "out of memory rendering chat messages");
-		goto fail;
-	}
-	for (int i = 0; i < n_msgs; i++)
-	{
-		snprintf(marks + (size_t) i * 40, 40, CONTENT_MARK "%d\x1f", i);
-		marked[i].role = msgs[i].role;
-		marked[i].content = marks + (size_t) i * 40;
-	}
-	st = opus_chat_renderer_apply(s->chat, marked, n_msgs, tools, tools_len, true,
-								  &rm, &rm_len, err);
-	if (st != OPUS_OK)
-		goto fail;
-	if (!match_marked(*text, *text_len, rm, rm_len, msgs, n_msgs, false, &sp, &oom) &&
-		(oom || !match_marked(*text, *text_len, rm, rm_len, msgs, n_msgs, true, &sp, &oom)))
-	{
-		char		piece[64];
-		int			pl = opus_tokenizer_piece(s->tok, control, true, piece, (int) sizeof(piece) - 1);
-
-		piece[pl < 0 ? 0 : (pl > (int) sizeof(piece) - 1 ? (int) sizeof(piece) - 1 : pl)] = '\0';
-		if (oom)
-			st = opus_error_set(err, OPUS_ERR_NOMEM, "out of memory rendering chat messages");
-		else
-			st = opus_error_set(err, OPUS_ERR_TEMPLATE,
-								"a message content contains the special-token text \"%s\", and the chat template changes message contents, so it cannot be kept as plain text",
-								piece);
-		goto fail;
-	}
-	*literal = sp.v;
-	*n_literal = sp.n;
-	sp.v = NULL;
-	goto out;
-fail:
-	free(*text);
-	*text = NULL;
-	*text_len = 0;
-out:
-	free(sp.v);
-	free(rm);
-	free(marks);
-	free(marked);
+	st = opus_chat_render_literal(s->chat, s->tok, msgs, n_msgs, tools, tools_len,
+								  m->params.allow_special_tokens != 0, true,
+								  text, text_len, literal, n_literal, err);
 	free(msgs);
 	free(store);
 	return st;

@@ -22,6 +22,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <time.h>
 
 #include "base/status.h"
 
@@ -51,6 +52,14 @@ struct opus_chat_msg
 {
 	const char *role;			/* "system", "user", "assistant" */
 	const char *content;		/* NUL-terminated UTF-8 */
+	/*
+	 * NULL, or the message's other members as a NUL-terminated JSON object
+	 * (OpenAI's tool_calls of an assistant message, tool_call_id of a tool
+	 * message, ...): the Jinja renderer hands the template the message
+	 * {"role": role, "content": content, <members>}, a member "content"
+	 * (null) replacing content; the fallback families ignore them
+	 */
+	const char *members;
 };
 
 /* Detect from template source (may be NULL: returns OPUS_CHAT_UNKNOWN). */
@@ -105,6 +114,9 @@ enum opus_status opus_chat_renderer_for_tokenizer(const char *tmpl, size_t len,
 												  struct opus_chat_renderer **out,
 												  struct opus_error *err);
 void		opus_chat_renderer_free(struct opus_chat_renderer *r);
+/* strftime_now's clock for this renderer (UTC; 0, the default: the current
+ * time); for tests that compare with a fixed-clock oracle */
+void		opus_chat_renderer_set_clock(struct opus_chat_renderer *r, time_t now);
 /* "jinja", or the fallback family's name (opus_chat_name) */
 const char *opus_chat_renderer_name(const struct opus_chat_renderer *r);
 /* why the fallback was taken ("" for jinja): for the engine log */
@@ -113,13 +125,35 @@ const char *opus_chat_renderer_why(const struct opus_chat_renderer *r);
 /*
  * Render messages; tools_json (may be NULL) is a JSON array of OpenAI-style
  * tool definitions handed to the template as `tools` (null when NULL).  A
- * fallback render ignores tools.  *out is malloc'd and NUL-terminated.
+ * fallback render ignores tools and members.  A message's members that are
+ * not one JSON object are OPUS_ERR_INVALID_ARG.  *out is malloc'd and
+ * NUL-terminated.
  */
 enum opus_status opus_chat_renderer_apply(const struct opus_chat_renderer *r,
 										  const struct opus_chat_msg *msgs, int n_msgs,
 										  const char *tools_json, size_t tools_len,
 										  bool add_generation_prompt,
 										  char **out, size_t *out_len,
+										  struct opus_error *err);
+
+/*
+ * The engine's chat prompt (chat_literal.c): msgs rendered as by
+ * opus_chat_renderer_apply, and in *literal (*n_literal spans, malloc'd,
+ * may be NULL / 0) the byte ranges of user text (message contents, and
+ * special-token text inside tools and members) that must be tokenized as
+ * plain text (opus_tokenizer_encode_spans).  allow_special: the session
+ * lets user text give special tokens (no spans).  User text with
+ * special-token text that a template changes so that it cannot be found
+ * again is OPUS_ERR_TEMPLATE.
+ */
+struct opus_text_span;
+enum opus_status opus_chat_render_literal(const struct opus_chat_renderer *r,
+										  const struct opus_tokenizer *tok,
+										  const struct opus_chat_msg *msgs, int n_msgs,
+										  const char *tools, size_t tools_len,
+										  bool allow_special, bool add_generation_prompt,
+										  char **text, size_t *text_len,
+										  struct opus_text_span **literal, int *n_literal,
 										  struct opus_error *err);
 
 #endif							/* OPUS_CHAT_H */

@@ -4,7 +4,8 @@
  * the fallback (chat.h says when).
  *
  * The context handed to the template is Hugging Face's: messages (role,
- * content), tools (or null), add_generation_prompt, bos_token, eos_token.
+ * content, and the message's other members: tool_calls, tool_call_id, ...),
+ * tools (or null), add_generation_prompt, bos_token, eos_token.
  * Thread safety: a renderer is read-only after create; apply() may run on
  * several threads at once.
  */
@@ -26,6 +27,7 @@ struct opus_chat_renderer
 	char	   *bos,
 			   *eos;
 	bool		strip_bos;
+	time_t		now;			/* strftime_now's clock; 0 = the current time */
 };
 
 enum opus_status
@@ -97,6 +99,12 @@ opus_chat_renderer_free(struct opus_chat_renderer *r)
 	free(r);
 }
 
+void
+opus_chat_renderer_set_clock(struct opus_chat_renderer *r, time_t now)
+{
+	r->now = now;
+}
+
 const char *
 opus_chat_renderer_name(const struct opus_chat_renderer *r)
 {
@@ -141,6 +149,7 @@ opus_chat_renderer_apply(const struct opus_chat_renderer *r, const struct opus_c
 	struct opus_buf	ctx = {0};
 	enum opus_status st;
 	struct opus_error jerr = {0};
+	struct opus_jinja_limits lim = {0};
 
 	*out = NULL;
 	if (!r->jinja)
@@ -156,6 +165,34 @@ opus_chat_renderer_apply(const struct opus_chat_renderer *r, const struct opus_c
 		put_json_str(&ctx, msgs[i].role);
 		puts_(&ctx, ", \"content\": ");
 		put_json_str(&ctx, msgs[i].content);
+		if (msgs[i].members)
+		{
+			/* {"a": 1, ...} -> , "a": 1, ... (a repeated key: the last wins) */
+			const char *m = msgs[i].members;
+			size_t		ml = strlen(m);
+			size_t		b = 0,
+						e = ml;
+
+			if (!opus_jinja_json_is_object(m, ml))
+			{
+				free(ctx.p);
+				return opus_error_set(err, OPUS_ERR_INVALID_ARG,
+									  "the members of chat message %d are not a JSON object", i);
+			}
+			while (m[b] != '{')
+				b++;
+			while (m[e - 1] != '}')
+				e--;
+			b++;
+			e--;
+			while (b < e && (m[b] == ' ' || m[b] == '\t' || m[b] == '\n' || m[b] == '\r'))
+				b++;
+			if (b < e)
+			{
+				puts_(&ctx, ", ");
+				(void) opus_buf_put(&ctx, m + b, e - b);
+			}
+		}
 		puts_(&ctx, "}");
 	}
 	puts_(&ctx, "], \"tools\": ");
@@ -175,7 +212,8 @@ opus_chat_renderer_apply(const struct opus_chat_renderer *r, const struct opus_c
 		free(ctx.p);
 		return opus_error_set(err, OPUS_ERR_NOMEM, "out of memory rendering chat messages");
 	}
-	st = opus_jinja_render(r->jinja, ctx.p, ctx.n, NULL, out, out_len, &jerr);
+	lim.now = r->now;
+	st = opus_jinja_render(r->jinja, ctx.p, ctx.n, &lim, out, out_len, &jerr);
 	free(ctx.p);
 	if (st == OPUS_ERR_UNSUPPORTED)
 	{

@@ -70,6 +70,13 @@ enum opus_status opus_jinja_render(const struct opus_jinja *t,
 								   char **out, size_t *out_len,
 								   struct opus_error *err);
 
+/*
+ * Is s[0..n) one JSON object, as the context reader takes it (within the
+ * default memory and depth limits)?  For callers splicing JSON of their own
+ * into a context.
+ */
+bool		opus_jinja_json_is_object(const char *s, size_t n);
+
 /* Append s to a JSON string literal (quotes included) into buf; for callers
  * building a context.  Returns the bytes needed (like snprintf). */
 size_t		opus_jinja_json_quote(const char *s, size_t n, char *buf, size_t cap);

@@ -1251,6 +1251,21 @@ jinja_json_parse(struct jarena *ar, const char *s, size_t n, jval *out, int max_
 	return p.i == p.n;
 }
 
+bool
+opus_jinja_json_is_object(const char *s, size_t n)
+{
+	struct opus_jinja_limits lim = {0};
+	struct jarena ar = {0};
+	jval		v;
+	bool		ok;
+
+	opus_jinja_limits_default(&lim);
+	ar.limit = lim.max_memory;
+	ok = jinja_json_parse(&ar, s, n, &v, lim.max_depth) && v.k == J_DICT;
+	ja_free(&ar);
+	return ok;
+}
+
 jval
 jj_mk_func(struct ev *e, int kind, const char *name)
 {

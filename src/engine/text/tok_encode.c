@@ -976,6 +976,31 @@ oom:
 /* ---------------------------------------------------------------- encode */
 
 int32_t
+opus_tokenizer_n_special(const struct opus_tokenizer *t)
+{
+	return t->n_special;
+}
+
+const char *
+opus_tokenizer_control_text(const struct opus_tokenizer *t, int32_t i, size_t *len)
+{
+	int32_t		id;
+	const char *tt;
+
+	*len = 0;
+	if (i < 0 || i >= t->n_special)
+		return NULL;
+	id = t->special[i];
+	tt = tok_text(t, id, len);
+	if (!(t->attr[id] & (ATTR_CONTROL | ATTR_UNKNOWN)) || *len == 0)
+	{
+		*len = 0;
+		return NULL;
+	}
+	return tt;
+}
+
+int32_t
 opus_tokenizer_find_control(const struct opus_tokenizer *t, const char *text,
 							size_t len)
 {

@@ -80,6 +80,14 @@ enum opus_status opus_tokenizer_encode_spans(const struct opus_tokenizer *t,
 											 int64_t *n_out,
 											 struct opus_error *err);
 
+/*
+ * The texts opus_tokenizer_find_control looks for, one by one: for i from 0
+ * to opus_tokenizer_n_special() - 1, the text of the i-th special token when
+ * it is a control (or unknown) token with a text, else NULL; *len its bytes.
+ */
+int32_t		opus_tokenizer_n_special(const struct opus_tokenizer *t);
+const char *opus_tokenizer_control_text(const struct opus_tokenizer *t, int32_t i, size_t *len);
+
 /* The id of a control token whose text occurs in text, or -1. */
 int32_t		opus_tokenizer_find_control(const struct opus_tokenizer *t,
 										const char *text, size_t len);
