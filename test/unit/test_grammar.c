@@ -2,12 +2,18 @@
  * test_grammar.c - the GBNF parser and automaton (src/engine/text/grammar.h):
  * per construct a grammar with strings it must accept and strings it must
  * reject; errors with their codes and positions; byte-by-byte feeding
- * (split UTF-8); masks over a small vocabulary against brute force.
+ * (split UTF-8); masks over a small vocabulary against brute force; the
+ * cached masks (frame classes) against the plain walk of the whole state,
+ * bit for bit, along random paths of JSON Schema grammars and others, from
+ * several threads at once, and past the class cache's capacity.
  */
+#include <pthread.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "unit.h"
 #include "text/grammar.h"
+#include "text/json_schema.h"
 
 struct gcase
 {
@@ -270,6 +276,311 @@ test_masks(void)
 	opus_grammar_free(g);
 }
 
+/* ---- cached masks (frame classes) against the plain walk ---- */
+
+#define CV_MAX 1400
+
+struct cvocab
+{
+	char	   *tok[CV_MAX];
+	const uint8_t *bytes[CV_MAX];
+	uint32_t	lens[CV_MAX];
+	int32_t		n;
+	opus_grammar_vocab *v;
+};
+
+static void
+cv_add(struct cvocab *cv, const char *t, size_t len)
+{
+	if (cv->n >= CV_MAX)
+		return;
+	cv->tok[cv->n] = malloc(len + 1);
+	memcpy(cv->tok[cv->n], t, len);
+	cv->tok[cv->n][len] = '\0';
+	cv->bytes[cv->n] = (const uint8_t *) cv->tok[cv->n];
+	cv->lens[cv->n] = (uint32_t) len;
+	cv->n++;
+}
+
+/*
+ * A JSON-ish vocabulary: every printable ASCII character, every pair over a
+ * JSON alphabet, and longer pieces that cross the ends of strings, values
+ * and objects (where a stack's frame is popped), some UTF-8 split.
+ */
+static void
+cv_build(struct cvocab *cv)
+{
+	static const char alpha[] = "{}[]\",: \n0123456789aeflnrstu@.-\\";
+	static const char *more[] = {
+		"\": \"", "\", \"", "\"}", "\"]", " \"", "{\"", "[\"", "\":", "\",", "},", "}]", "],",
+		"true", "false", "null", "\n  ", "  ", "    ", "\"name", "\"age", "\":\"", ".com",
+		"example", "alice", "bob", "12", "123", "1.5", "-1", "e+", "\xc3\xa9", "\xc3", "\xa9",
+		"\xe2\x82\xac", "\xe2\x82", "\xac", "\"},{\"", "\"}]", "}}", "]]", "\":[", "\":{",
+		"\": [", "\": {", ", ", ",\n", "\\\"", "\\n", "\\u00", "\"\n", "\" ", "\"}\n",
+		"role", "engineer", "\"engineer\"", "manager\"", "er\",", "ab", "ba", "abab", "bab",
+		"x", "xy", "\"x\"", "10}", "99,", "0]", "7\"", "\t", " \t",
+	};
+
+	memset(cv, 0, sizeof(*cv));
+	for (int c = 32; c < 127; c++)
+	{
+		char		b = (char) c;
+
+		cv_add(cv, &b, 1);
+	}
+	for (size_t i = 0; alpha[i]; i++)
+		for (size_t j = 0; alpha[j]; j++)
+		{
+			char		p[2] = {alpha[i], alpha[j]};
+
+			cv_add(cv, p, 2);
+		}
+	for (size_t i = 0; i < sizeof(more) / sizeof(more[0]); i++)
+		cv_add(cv, more[i], strlen(more[i]));
+	cv_add(cv, "\"", 1);		/* a token with the same bytes as another */
+	cv->v = opus_grammar_vocab_new(cv->n, cv->bytes, cv->lens, NULL);
+}
+
+static void
+cv_free(struct cvocab *cv)
+{
+	for (int32_t i = 0; i < cv->n; i++)
+		free(cv->tok[i]);
+	opus_grammar_vocab_free(cv->v);
+}
+
+static uint64_t rng_state = 0x9E3779B97F4A7C15ULL;
+
+static uint32_t
+rng(void)
+{
+	rng_state ^= rng_state << 13;
+	rng_state ^= rng_state >> 7;
+	rng_state ^= rng_state << 17;
+	return (uint32_t) (rng_state >> 11);
+}
+
+/* Same bits and counts from the cached mask and the plain walk? */
+static bool
+masks_agree(const opus_grammar_state *s, const struct cvocab *cv, uint32_t *m1, uint32_t *m2,
+			const char *what, int walk, int step)
+{
+	int32_t		words = (cv->n + 31) / 32;
+	int32_t		c1 = opus_grammar_mask(s, cv->v, m1);
+	int32_t		c2 = opus_grammar_mask_walk(s, cv->v, m2);
+
+	for (int32_t w = 0; w < words; w++)
+		if (m1[w] != m2[w])
+		{
+			int32_t		t = w * 32 + __builtin_ctz(m1[w] ^ m2[w]);
+
+			CHECK(false, "%s walk %d step %d: token %d ('%s') cached %d, walked %d",
+				  what, walk, step, t, cv->tok[t], (int) (m1[w] >> (t & 31) & 1),
+				  (int) (m2[w] >> (t & 31) & 1));
+			return false;
+		}
+	CHECK(c1 == c2, "%s walk %d step %d: count %d, walked %d", what, walk, step, c1, c2);
+	return c1 == c2;
+}
+
+/*
+ * Random paths through g (tokens drawn among the allowed ones), comparing
+ * the masks at every step; some of the texts fed so far are saved in
+ * *saved (up to n_save, malloc'd) for the threaded check.
+ */
+static void
+random_paths(const opus_grammar *g, const struct cvocab *cv, const char *what, int walks,
+			 int max_steps, char **saved, int n_save, int *n_saved)
+{
+	uint32_t	m1[CV_MAX / 32 + 1],
+				m2[CV_MAX / 32 + 1];
+
+	for (int w = 0; w < walks; w++)
+	{
+		opus_grammar_state *s = opus_grammar_state_new(g);
+		char		text[4096];
+		size_t		tl = 0;
+
+		for (int step = 0; step < max_steps; step++)
+		{
+			int32_t		allowed[CV_MAX];
+			int32_t		n = 0;
+
+			if (!masks_agree(s, cv, m1, m2, what, w, step))
+				break;
+			if (saved && *n_saved < n_save && rng() % 3 == 0)
+			{
+				saved[*n_saved] = malloc(tl + 1);
+				memcpy(saved[*n_saved], text, tl);
+				saved[(*n_saved)++][tl] = '\0';
+			}
+			for (int32_t t = 0; t < cv->n; t++)
+				if (m2[t >> 5] >> (t & 31) & 1)
+					allowed[n++] = t;
+			if (n == 0)
+				break;
+			{
+				int32_t		t = allowed[rng() % (uint32_t) n];
+
+				CHECK(opus_grammar_accept_bytes(s, cv->bytes[t], cv->lens[t]),
+					  "%s walk %d step %d: allowed token '%s' refused", what, w, step, cv->tok[t]);
+				if (tl + cv->lens[t] < sizeof(text))
+				{
+					memcpy(text + tl, cv->bytes[t], cv->lens[t]);
+					tl += cv->lens[t];
+				}
+				else
+					break;
+			}
+		}
+		opus_grammar_state_free(s);
+	}
+}
+
+struct thread_arg
+{
+	const struct cvocab *cv;
+	opus_grammar_state **states;
+	int			n,
+				start;
+	uint32_t   *out;			/* [n][words] */
+};
+
+static void *
+thread_masks(void *p)
+{
+	struct thread_arg *a = p;
+	int32_t		words = (a->cv->n + 31) / 32;
+
+	for (int k = 0; k < a->n; k++)
+	{
+		int			i = (a->start + k) % a->n;
+
+		opus_grammar_mask(a->states[i], a->cv->v, a->out + (size_t) i * words);
+	}
+	return NULL;
+}
+
+static void
+test_class_masks(void)
+{
+	static const char *schemas[] = {
+		"{\"type\": \"object\", \"properties\": {\"team\": {\"type\": \"string\", \"maxLength\": 8},"
+		" \"people\": {\"type\": \"array\", \"minItems\": 3, \"items\": {\"type\": \"object\", \"properties\":"
+		" {\"name\": {\"type\": \"string\", \"maxLength\": 6}, \"age\": {\"type\": \"integer\", \"minimum\": 0,"
+		" \"maximum\": 120}, \"email\": {\"type\": \"string\", \"format\": \"email\"}, \"role\": {\"enum\":"
+		" [\"engineer\", \"manager\"]}}, \"required\": [\"name\", \"age\", \"email\", \"role\"],"
+		" \"additionalProperties\": false}}}, \"required\": [\"team\", \"people\"], \"additionalProperties\": false}",
+		"{\"$defs\": {\"n\": {\"type\": \"object\", \"properties\": {\"v\": {\"type\": \"integer\"}, \"kids\":"
+		" {\"type\": \"array\", \"items\": {\"$ref\": \"#/$defs/n\"}}}, \"required\": [\"v\"]}}, \"$ref\": \"#/$defs/n\"}",
+		"{\"type\": \"array\", \"items\": {\"anyOf\": [{\"type\": \"number\"}, {\"type\": \"string\"},"
+		" {\"type\": \"boolean\"}, {\"type\": \"null\"}]}}",
+		"{\"type\": \"object\"}",
+	};
+	static const char *grammars[] = {
+		"root ::= v\nv ::= \"[\" (v (\",\" \" \"? v)*)? \"]\" | [0-9]+ | \"\\\"\" [a-z\\u00e9\\u20ac]* \"\\\"\"",
+		"root ::= (\"ab\" | \"a\" \"b\"* \"x\")+ \"!\"?",
+	};
+	struct cvocab cv;
+	char	   *saved[256];
+	int			n_saved = 0;
+
+	cv_build(&cv);
+	CHECK(cv.v != NULL, "class vocabulary");
+	if (!cv.v)
+		return;
+	for (size_t i = 0; i < sizeof(schemas) / sizeof(schemas[0]); i++)
+	{
+		char	   *gbnf = NULL;
+		struct opus_error err = {0};
+		opus_grammar *g;
+		char		what[32];
+
+		snprintf(what, sizeof(what), "schema %zu", i);
+		CHECK(opus_json_schema_to_gbnf(schemas[i], strlen(schemas[i]), &gbnf, &err) == OPUS_OK,
+			  "%s converts: %s", what, err.msg);
+		if (!gbnf)
+			continue;
+		g = opus_grammar_compile(gbnf, strlen(gbnf), NULL);
+		CHECK(g != NULL, "%s compiles", what);
+		if (g)
+		{
+			random_paths(g, &cv, what, 6, 120, i == 0 ? saved : NULL, 256, &n_saved);
+			/* the same paths again, every class cached now */
+			rng_state = 0x9E3779B97F4A7C15ULL + i;
+			random_paths(g, &cv, what, 2, 120, NULL, 0, NULL);
+		}
+
+		/* several threads at once on a cold copy: the same masks as alone */
+		if (i == 0 && g && n_saved > 0)
+		{
+			opus_grammar *g2 = opus_grammar_compile(gbnf, strlen(gbnf), NULL);
+			opus_grammar_state *st[256];
+			int32_t		words = (cv.n + 31) / 32;
+			uint32_t   *ref = calloc((size_t) n_saved * words, sizeof(uint32_t));
+			uint32_t   *out[4];
+			pthread_t	th[4];
+			struct thread_arg ta[4];
+
+			for (int k = 0; k < n_saved; k++)
+			{
+				/* the saved texts, fed to a fresh copy of the grammar */
+				st[k] = opus_grammar_state_new(g2);
+				CHECK(opus_grammar_accept_bytes(st[k], (const uint8_t *) saved[k], strlen(saved[k])),
+					  "saved text %d replays", k);
+				opus_grammar_mask_walk(st[k], cv.v, ref + (size_t) k * words);
+			}
+			for (int t = 0; t < 4; t++)
+			{
+				out[t] = calloc((size_t) n_saved * words, sizeof(uint32_t));
+				ta[t] = (struct thread_arg)
+				{
+					&cv, st, n_saved, t * n_saved / 4, out[t]
+				};
+				pthread_create(&th[t], NULL, thread_masks, &ta[t]);
+			}
+			for (int t = 0; t < 4; t++)
+			{
+				pthread_join(th[t], NULL);
+				CHECK(memcmp(out[t], ref, (size_t) n_saved * words * sizeof(uint32_t)) == 0,
+					  "thread %d: masks differ from the walk", t);
+				free(out[t]);
+			}
+			for (int k = 0; k < n_saved; k++)
+				opus_grammar_state_free(st[k]);
+			free(ref);
+			opus_grammar_free(g2);
+		}
+		opus_grammar_free(g);
+		free(gbnf);
+	}
+	for (size_t i = 0; i < sizeof(grammars) / sizeof(grammars[0]); i++)
+	{
+		opus_grammar *g = opus_grammar_compile(grammars[i], strlen(grammars[i]), NULL);
+		char		what[32];
+
+		snprintf(what, sizeof(what), "grammar %zu", i);
+		CHECK(g != NULL, "%s compiles", what);
+		if (g)
+			random_paths(g, &cv, what, 8, 60, NULL, 0, NULL);
+		opus_grammar_free(g);
+	}
+
+	/* more frames than the class cache holds (1400 distinct positions) */
+	{
+		const char *gt = "root ::= (\"ab\"){700} \"!\"";
+		opus_grammar *g = opus_grammar_compile(gt, strlen(gt), NULL);
+
+		CHECK(g != NULL, "long grammar compiles");
+		if (g)
+			random_paths(g, &cv, "long", 1, 1500, NULL, 0, NULL);
+		opus_grammar_free(g);
+	}
+	for (int k = 0; k < n_saved; k++)
+		free(saved[k]);
+	cv_free(&cv);
+}
+
 int
 main(void)
 {
@@ -277,5 +588,6 @@ main(void)
 	test_errors();
 	test_state();
 	test_masks();
+	test_class_masks();
 	return UNIT_DONE();
 }

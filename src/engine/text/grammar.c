@@ -18,7 +18,11 @@
  * walk in a self-looping part of a grammar (inside a string) is one hash
  * look-up per trie node.  The masks of whole states are cached per grammar
  * and vocabulary (a state repeats often: every position inside a string of
- * a JSON object at the same depth).
+ * a JSON object at the same depth).  Below that, the tokens each stack's
+ * top entries (its frame) accept whatever lies below them are cached per
+ * frame ("Frame classes", XGrammar's context-independent tokens): a state
+ * met for the first time costs one OR per stack and a walk of the few
+ * tokens that reach below the frame, instead of a walk of the whole trie.
  */
 #include "text/grammar_int.h"
 
@@ -677,6 +681,7 @@ struct tnode
 {
 	uint32_t	first_child;	/* 0: none (the root is node 0) */
 	uint32_t	next_sibling;	/* 0: none */
+	uint32_t	parent;			/* the root's is 0 */
 	int32_t		token;			/* first token ending here, -1 none */
 	uint8_t		byte;
 };
@@ -756,7 +761,7 @@ opus_grammar_vocab_new(int32_t n_vocab, const uint8_t *const *bytes,
 		goto nomem;
 	v->nodes[0] = (struct tnode)
 	{
-		0, 0, -1, 0
+		0, 0, 0, -1, 0
 	};
 	v->n_nodes = 1;
 	path[0] = 0;
@@ -803,7 +808,7 @@ opus_grammar_vocab_new(int32_t n_vocab, const uint8_t *const *bytes,
 			}
 			v->nodes[v->n_nodes] = (struct tnode)
 			{
-				0, 0, -1, it->b[d]
+				0, 0, parent, -1, it->b[d]
 			};
 			/* sorted input: the new child is the last of the parent's */
 			last_child = v->nodes[parent].first_child;
@@ -864,6 +869,7 @@ struct dstate
 	uint32_t	off;			/* into dfa->keys */
 	uint32_t	len;
 	uint64_t	hash;
+	bool		has_empty;		/* an empty stack, no partial code point */
 };
 
 struct dfa
@@ -1007,8 +1013,23 @@ dfa_intern(struct dfa *d, size_t len)
 	}
 	d->states[d->n_states] = (struct dstate)
 	{
-		(uint32_t) d->n_keys, (uint32_t) len, h
+		(uint32_t) d->n_keys, (uint32_t) len, h, false
 	};
+	/* key: partial, remain, plen, n, then each stack as len, items */
+	if (len >= 4 && key[1] == 0)
+	{
+		size_t		at = 4;
+
+		for (uint32_t i = 0; i < key[3] && at < len; i++)
+		{
+			if (key[at] == 0)
+			{
+				d->states[d->n_states].has_empty = true;
+				break;
+			}
+			at += 1 + key[at];
+		}
+	}
 	d->n_keys += len;
 	d->stab[k] = d->n_states + 1;
 	return d->n_states++;
@@ -1209,6 +1230,367 @@ out:
 	return n;
 }
 
+/* ------------------------------------------------------------------------
+ * Frame classes: the tokens a stack's top accepts whatever lies below it
+ * ------------------------------------------------------------------------ */
+
+/*
+ * The mask of a state is the union of its stacks' masks (stacks advance
+ * independently).  A stack's mask depends mostly on its top entries: take
+ * its frame, the top CLASS_FRAME entries (the whole stack if shorter), and
+ * walk the vocabulary trie from the frame alone.  A token is then
+ *   - accepted: some path consumes all its bytes inside the frame, so the
+ *     full stack accepts it too, whatever lies below;
+ *   - rejected: every path dies inside the frame without ever emptying it;
+ *   - dependent: a path empties the frame with bytes left over (the frame
+ *     was popped: the entries below decide).  Recorded as trie nodes whose
+ *     whole subtree is dependent.  For a whole stack, emptying it means the
+ *     string ended: the bytes left over are rejected, nothing is dependent.
+ * This split (XGrammar's context-independent tokens) is a function of the
+ * frame alone, so it is computed once per frame and vocabulary and cached
+ * with the grammar (CLASS_CACHE_MAX frames); a mask is then one OR of a
+ * bitmap per stack plus a walk of the dependent subtrees from the full
+ * stack.  Frames repeat far more than whole states do: the frame of a
+ * position inside a JSON string is the same in every object of an array,
+ * at any depth, while the stack below differs.  The result is the same
+ * mask as the walk from the whole state (mask_compute), bit for bit
+ * (test/unit/test_grammar.c compares them), so output never depends on
+ * what the cache holds.
+ */
+struct class_walk
+{
+	struct dfa *d;
+	const opus_grammar_vocab *v;
+	uint32_t   *accept;
+	uint32_t   *dep;
+	uint32_t	n_dep,
+				cap_dep;
+	bool		whole;
+	bool		nomem;
+};
+
+/* past: a prefix of the node's bytes emptied the frame. */
+static void
+class_walk(struct class_walk *cw, uint32_t node, uint32_t id, bool past)
+{
+	const opus_grammar_vocab *v = cw->v;
+
+	for (uint32_t c = v->nodes[node].first_child; c && !cw->nomem; c = v->nodes[c].next_sibling)
+	{
+		uint32_t	nid = dfa_step(cw->d, id, v->nodes[c].byte);
+
+		if (nid != DFA_DEAD)
+		{
+			for (int32_t t = v->nodes[c].token; t >= 0; t = v->same_next[t])
+				cw->accept[t >> 5] |= 1u << (t & 31);
+			if (v->nodes[c].first_child)
+				class_walk(cw, c, nid, past || cw->d->states[nid].has_empty);
+		}
+		else if (past && !cw->whole)
+		{
+			if (cw->n_dep == cw->cap_dep)
+			{
+				uint32_t	nc = cw->cap_dep ? cw->cap_dep * 2 : 64;
+				uint32_t   *nd = realloc(cw->dep, nc * sizeof(uint32_t));
+
+				if (!nd)
+				{
+					cw->nomem = true;
+					return;
+				}
+				cw->dep = nd;
+				cw->cap_dep = nc;
+			}
+			cw->dep[cw->n_dep++] = c;
+		}
+	}
+}
+
+/*
+ * Compute the class of frame key (see class_lookup) into e (accept and dep
+ * malloc'd).  False when out of memory or past the DFA's limits.
+ */
+static bool
+class_compute(const opus_grammar *g, const opus_grammar_vocab *v,
+			  const uint32_t *key, struct class_entry *e)
+{
+	struct dfa	d = {0};
+	struct sset one = {0};
+	struct class_walk cw = {0};
+	size_t		words = ((size_t) v->n_vocab + 31) / 32;
+	uint32_t	root;
+	bool		ok = false;
+
+	d.g = g;
+	cw.d = &d;
+	cw.v = v;
+	cw.whole = key[0] != 0;
+	cw.accept = calloc(words ? words : 1, sizeof(uint32_t));
+	sset_clear(&one);
+	if (!cw.accept || dfa_add(&d, &one, UINT32_MAX, 0, 0) != DFA_DEAD)
+		goto out;
+	sset_clear(&one);
+	sset_add(&one, key + 2, key[1]);
+	if (one.overflow || (root = dfa_add(&d, &one, 0, 0, 0)) == UINT32_MAX)
+		goto out;
+	class_walk(&cw, 0, root, false);
+	ok = !cw.nomem && !d.overflow;
+out:
+	sset_destroy(&one);
+	dfa_destroy(&d);
+	if (!ok)
+	{
+		free(cw.accept);
+		free(cw.dep);
+		return false;
+	}
+	e->accept = cw.accept;
+	e->dep = cw.dep;
+	e->n_dep = cw.n_dep;
+	return true;
+}
+
+static uint64_t
+class_hash(uint64_t vocab_uid, const uint32_t *key)
+{
+	return hash_bytes(0x84222325cbf29ce4ULL ^ vocab_uid, key,
+					  (2 + (size_t) key[1]) * sizeof(uint32_t));
+}
+
+/* The cached class of key, or -1; under g->mask_mu. */
+static int
+class_find(const opus_grammar *g, uint64_t vocab_uid, uint64_t h, const uint32_t *key)
+{
+	uint32_t	k;
+
+	if (!g->class_tab)
+		return -1;
+	for (k = (uint32_t) h & (CLASS_TAB_SIZE - 1); g->class_tab[k];
+		 k = (k + 1) & (CLASS_TAB_SIZE - 1))
+	{
+		const struct class_entry *e = &g->classes[g->class_tab[k] - 1];
+
+		if (e->hash == h && e->vocab_uid == vocab_uid && e->key[0] == key[0] &&
+			e->key[1] == key[1] &&
+			memcmp(e->key + 2, key + 2, key[1] * sizeof(uint32_t)) == 0)
+			return g->class_tab[k] - 1;
+	}
+	return -1;
+}
+
+/*
+ * Insert e (its key, hash, vocab_uid set) under g->mask_mu, dropping every
+ * class first when the cache is full; returns its index, or -1 (out of
+ * memory: e is left to the caller).
+ */
+static int
+class_insert(opus_grammar *g, struct class_entry *e)
+{
+	uint32_t	k;
+
+	if (!g->classes)
+	{
+		g->classes = calloc(CLASS_CACHE_MAX, sizeof(struct class_entry));
+		g->class_tab = calloc(CLASS_TAB_SIZE, sizeof(int32_t));
+		if (!g->classes || !g->class_tab)
+		{
+			free(g->classes);
+			free(g->class_tab);
+			g->classes = NULL;
+			g->class_tab = NULL;
+			return -1;
+		}
+	}
+	if (g->n_classes == CLASS_CACHE_MAX)
+	{
+		for (int i = 0; i < g->n_classes; i++)
+		{
+			free(g->classes[i].accept);
+			free(g->classes[i].dep);
+		}
+		g->n_classes = 0;
+		memset(g->class_tab, 0, CLASS_TAB_SIZE * sizeof(int32_t));
+	}
+	for (k = (uint32_t) e->hash & (CLASS_TAB_SIZE - 1); g->class_tab[k];
+		 k = (k + 1) & (CLASS_TAB_SIZE - 1))
+		;
+	g->classes[g->n_classes] = *e;
+	g->class_tab[k] = g->n_classes + 1;
+	return g->n_classes++;
+}
+
+/*
+ * OR the accepted tokens of frame key into mask and copy its dependent trie
+ * nodes to *deps (grown as needed); returns their number, -1 on failure.
+ * key: [0] whole stack?, [1] length, [2..] the positions, top last.
+ * Entries are only read and freed under g->mask_mu; computing one is done
+ * outside it (two threads may compute the same class: one copy is kept).
+ */
+static int64_t
+class_apply(opus_grammar *g, const opus_grammar_vocab *v, const uint32_t *key,
+			uint32_t *mask, uint32_t **deps, size_t *cap_deps)
+{
+	size_t		words = ((size_t) v->n_vocab + 31) / 32;
+	uint64_t	h = class_hash(v->uid, key);
+	struct class_entry e = {0};
+	int			i;
+	int64_t		n;
+
+	pthread_mutex_lock(&g->mask_mu);
+	i = class_find(g, v->uid, h, key);
+	pthread_mutex_unlock(&g->mask_mu);
+	if (i < 0)
+	{
+		if (!class_compute(g, v, key, &e))
+			return -1;
+		e.vocab_uid = v->uid;
+		e.hash = h;
+		memcpy(e.key, key, (2 + (size_t) key[1]) * sizeof(uint32_t));
+	}
+	pthread_mutex_lock(&g->mask_mu);
+	i = class_find(g, v->uid, h, key);
+	if (i < 0 && e.accept)
+	{
+		i = class_insert(g, &e);
+		if (i >= 0)
+			e.accept = e.dep = NULL;	/* the cache owns them */
+	}
+	if (i < 0)
+	{
+		/* evicted meanwhile or no memory: use the computed one once */
+		pthread_mutex_unlock(&g->mask_mu);
+		if (!e.accept && !class_compute(g, v, key, &e))
+			return -1;
+		pthread_mutex_lock(&g->mask_mu);
+	}
+	{
+		const struct class_entry *c = i >= 0 ? &g->classes[i] : &e;
+
+		for (size_t w = 0; w < words; w++)
+			mask[w] |= c->accept[w];
+		n = c->n_dep;
+		if ((size_t) n > *cap_deps)
+		{
+			uint32_t   *nd = realloc(*deps, (size_t) n * sizeof(uint32_t));
+
+			if (!nd)
+				n = -1;
+			else
+			{
+				*deps = nd;
+				*cap_deps = (size_t) n;
+			}
+		}
+		if (n > 0)
+			memcpy(*deps, c->dep, (size_t) n * sizeof(uint32_t));
+	}
+	pthread_mutex_unlock(&g->mask_mu);
+	free(e.accept);
+	free(e.dep);
+	return n;
+}
+
+/*
+ * The mask of s by frame classes (see above) into mask (zeroed by the
+ * caller); the number of allowed tokens, or -1 when this way does not
+ * apply (a code point split across tokens is pending) or fails (mask is
+ * then zeroed again; the caller walks the whole state instead).
+ */
+static int32_t
+mask_classes(const opus_grammar_state *s, const opus_grammar_vocab *v,
+			 uint32_t *mask)
+{
+	opus_grammar *g = (opus_grammar *) s->g;
+	size_t		words = ((size_t) v->n_vocab + 31) / 32;
+	struct dfa	d = {0};
+	bool		d_ready = false;
+	struct sset one = {0};
+	uint32_t   *deps = NULL;
+	size_t		cap_deps = 0;
+	uint8_t    *path = NULL;
+	int32_t		n = -1;
+
+	if (s->remain || s->failed)
+		return -1;
+	path = malloc((size_t) v->max_depth + 1);
+	if (!path)
+		return -1;
+	d.g = g;
+	for (uint32_t i = 0; i < s->st.n; i++)
+	{
+		const uint32_t *st = s->st.data + s->st.off[i];
+		uint32_t	len = s->st.off[i + 1] - s->st.off[i];
+		uint32_t	fl = len < CLASS_FRAME ? len : CLASS_FRAME;
+		uint32_t	key[CLASS_FRAME + 2];
+		int64_t		n_dep;
+		uint32_t	root;
+
+		if (len == 0)
+			continue;			/* accepting: the caller adds the end tokens */
+		key[0] = len <= CLASS_FRAME;
+		key[1] = fl;
+		memcpy(key + 2, st + len - fl, fl * sizeof(uint32_t));
+		n_dep = class_apply(g, v, key, mask, &deps, &cap_deps);
+		if (n_dep < 0)
+			goto out;
+		if (n_dep == 0)
+			continue;
+
+		/* the dependent subtrees, walked from the whole stack */
+		if (!d_ready)
+		{
+			sset_clear(&one);
+			if (dfa_add(&d, &one, UINT32_MAX, 0, 0) != DFA_DEAD)
+				goto out;
+			d_ready = true;
+		}
+		sset_clear(&one);
+		sset_add(&one, st, len);
+		if (one.overflow || (root = dfa_add(&d, &one, 0, 0, 0)) == UINT32_MAX)
+			goto out;
+		for (int64_t k = 0; k < n_dep; k++)
+		{
+			uint32_t	c = deps[k];
+			uint32_t	depth = 0;
+			uint32_t	id = root;
+
+			for (uint32_t x = c; x != 0; x = v->nodes[x].parent)
+				path[depth++] = v->nodes[x].byte;
+			while (depth > 0 && id != DFA_DEAD)
+				id = dfa_step(&d, id, path[--depth]);
+			if (id == DFA_DEAD)
+				continue;
+			for (int32_t t = v->nodes[c].token; t >= 0; t = v->same_next[t])
+				mask[t >> 5] |= 1u << (t & 31);
+			if (v->nodes[c].first_child)
+				(void) walk(&d, v, c, id, mask);
+		}
+		if (d.overflow)
+			goto out;
+	}
+	n = 0;
+	for (size_t w = 0; w < words; w++)
+		n += __builtin_popcount(mask[w]);
+out:
+	if (n < 0)
+		memset(mask, 0, words * sizeof(uint32_t));
+	free(path);
+	free(deps);
+	sset_destroy(&one);
+	dfa_destroy(&d);
+	return n;
+}
+
+int32_t
+opus_grammar_mask_walk(const opus_grammar_state *s, const opus_grammar_vocab *v,
+					   uint32_t *mask)
+{
+	memset(mask, 0, (((size_t) v->n_vocab + 31) / 32) * sizeof(uint32_t));
+	if (s->failed)
+		return 0;
+	return mask_compute(s, v, mask);
+}
+
 int32_t
 opus_grammar_mask(const opus_grammar_state *s, const opus_grammar_vocab *v,
 				  uint32_t *mask)
@@ -1255,7 +1637,9 @@ opus_grammar_mask(const opus_grammar_state *s, const opus_grammar_vocab *v,
 	}
 	pthread_mutex_unlock(&g->mask_mu);
 
-	n = mask_compute(s, v, mask);
+	n = mask_classes(s, v, mask);
+	if (n < 0)
+		n = mask_compute(s, v, mask);
 
 	/* remember it */
 	{

@@ -133,4 +133,11 @@ int32_t		opus_grammar_vocab_size(const opus_grammar_vocab *v);
 int32_t		opus_grammar_mask(const opus_grammar_state *s,
 							  const opus_grammar_vocab *v, uint32_t *mask);
 
+/*
+ * The same mask by the plain walk of the trie from the whole state, with
+ * no cache (the reference the unit tests hold opus_grammar_mask to).
+ */
+int32_t		opus_grammar_mask_walk(const opus_grammar_state *s,
+								   const opus_grammar_vocab *v, uint32_t *mask);
+
 #endif							/* OPUS_GRAMMAR_H */

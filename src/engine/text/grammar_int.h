@@ -59,9 +59,33 @@ struct opus_grammar
 	struct mask_entry *masks;
 	int			n_masks;
 	uint64_t	mask_tick;
+	/* frame classes (grammar.c, "Frame classes"), also under mask_mu */
+	struct class_entry *classes;	/* [CLASS_CACHE_MAX] */
+	int			n_classes;
+	int32_t    *class_tab;		/* open addressing: index + 1; 0 empty */
 };
 
 #define MASK_CACHE_MAX 64
+
+/*
+ * The top CLASS_FRAME entries of a stack are its frame; the tokens a frame
+ * accepts whatever lies below it are computed once per frame and vocabulary
+ * and kept, at most CLASS_CACHE_MAX frames per grammar (then all are
+ * dropped and the cache fills again).
+ */
+#define CLASS_FRAME 4
+#define CLASS_CACHE_MAX 1024
+#define CLASS_TAB_SIZE (4 * CLASS_CACHE_MAX)
+
+struct class_entry
+{
+	uint64_t	vocab_uid;
+	uint64_t	hash;
+	uint32_t	key[CLASS_FRAME + 2];	/* whole?, length, positions */
+	uint32_t   *accept;			/* n_vocab bits: accepted within the frame */
+	uint32_t   *dep;			/* trie nodes whose subtrees need the stack below */
+	uint32_t	n_dep;
+};
 
 struct mask_entry
 {

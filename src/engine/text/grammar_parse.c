@@ -911,6 +911,13 @@ opus_grammar_free(opus_grammar *g)
 		free(g->masks[i].mask);
 	}
 	free(g->masks);
+	for (int i = 0; i < g->n_classes; i++)
+	{
+		free(g->classes[i].accept);
+		free(g->classes[i].dep);
+	}
+	free(g->classes);
+	free(g->class_tab);
 	pthread_mutex_destroy(&g->mask_mu);
 	free(g);
 }
