@@ -131,16 +131,16 @@ run_phase both "$PHASE" default b
 rss_two=$(q "SELECT sum(rss_bytes) FROM opus_models")
 echo
 echo "resident memory of the engines (RSS, weights mapped + KV arena touched)"
-q "SELECT name, pg_size_pretty(rss_bytes) AS rss, pg_size_pretty(weights_bytes) AS file, pg_size_pretty(kv_cache_bytes) AS kv_arena FROM opus_models ORDER BY name" | column -t -s'|'
+{ echo "model|rss|file|kv_arena"; q "SELECT name, pg_size_pretty(rss_bytes) AS rss, pg_size_pretty(weights_bytes) AS file, pg_size_pretty(kv_cache_bytes) AS kv_arena FROM opus_models ORDER BY name"; } | column -t -s'|'
 echo "one model: $(numfmt --to=iec "$rss_one")   two models: $(numfmt --to=iec "$rss_two")"
 echo
 echo "throughput (requests/s and generated tokens/s over the phase)"
-q "SELECT phase, coalesce(model, 'all') AS model, count(*) AS requests,
+{ echo "phase|model|requests|req_per_s|tok_per_s|p50_ms"; q "SELECT phase, coalesce(model, 'all') AS model, count(*) AS requests,
           round((count(*) / $PHASE.0)::numeric, 2) AS req_per_s,
           round((count(*) * $TOKENS / $PHASE.0)::numeric, 1) AS tok_per_s,
           round(percentile_cont(0.5) WITHIN GROUP (ORDER BY ms)::numeric, 1) AS p50_ms
    FROM lat WHERE phase IN ('a_alone', 'b_alone', 'both') GROUP BY GROUPING SETS ((phase, model), (phase))
-   HAVING model IS NOT NULL OR phase = 'both' ORDER BY phase, model NULLS LAST" | column -t -s'|'
+   HAVING model IS NOT NULL OR phase = 'both' ORDER BY phase, model NULLS LAST"; } | column -t -s'|'
 
 # 2b. the same against llama.cpp, one process per model
 llama_mode=none
@@ -186,6 +186,7 @@ if [ "$llama_mode" != none ]; then
 	llama_phase both "default=$MODEL" "b=$dir/b_q4_0.gguf"
 	echo
 	echo "the same against llama.cpp ($llama_mode: one process per model, $OPUS_THREADS threads each); ratio = opus_pg req/s / llama.cpp req/s"
+	{ echo "phase|model|opus_req_s|opus_tok_s|opus_p50_ms|llama_req_s|llama_tok_s|llama_p50_ms|ratio"
 	q "WITH o AS (SELECT phase, model, count(*) AS n, percentile_cont(0.5) WITHIN GROUP (ORDER BY ms) AS p50
 	              FROM lat WHERE phase IN ('a_alone', 'b_alone', 'both') GROUP BY phase, model),
 	        l AS (SELECT phase, model, requests AS n, tokens, p50_ms AS p50 FROM llama),
@@ -200,7 +201,7 @@ if [ "$llama_mode" != none ]; then
 	          round((ln / $PHASE.0)::numeric, 2) AS llama_req_s, round((lt / $PHASE.0)::numeric, 1) AS llama_tok_s,
 	          round(lp50::numeric, 1) AS llama_p50_ms,
 	          round((on_::numeric / nullif(ln, 0)), 2) AS ratio
-	   FROM j ORDER BY phase, model = 'all', model" | column -t -s'|'
+	   FROM j ORDER BY phase, model = 'all', model"; } | column -t -s'|'
 else
 	echo
 	echo "llama.cpp: skipped (LLAMA=0, or neither llama-server nor llama-cpp-python found)"
@@ -224,13 +225,13 @@ for _ in $(seq 1 100); do
 done
 echo
 echo "swap of model b (Q4_0 -> Q8_0) under $SESSIONS-session load; switch $(q "SELECT round(extract(epoch FROM '$t_switched'::timestamptz - '$t_swap')::numeric, 2)") s after opus_model_swap()"
-q "SELECT w AS window, count(*) AS requests, count(*) FILTER (WHERE NOT ok) AS failed,
+{ echo "window|requests|failed|p50_ms|p99_ms"; q "SELECT w AS window, count(*) AS requests, count(*) FILTER (WHERE NOT ok) AS failed,
           round(percentile_cont(0.5) WITHIN GROUP (ORDER BY ms)::numeric, 1) AS p50_ms,
           round(percentile_cont(0.99) WITHIN GROUP (ORDER BY ms)::numeric, 1) AS p99_ms
    FROM (SELECT CASE WHEN t0 < '$t_swap' THEN '1 before'
                      WHEN t0 < '$t_switched' THEN '2 during'
                      ELSE '3 after' END AS w, ms, ok
          FROM lat WHERE phase = 'swap') s
-   GROUP BY w ORDER BY w" | column -t -s'|'
+   GROUP BY w ORDER BY w"; } | column -t -s'|'
 echo "log: $(grep -o 'model "b" now served.*' "$dir/log" | head -1)"
 echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
