@@ -1520,6 +1520,70 @@ test_step_target(void)
 }
 
 /*
+ * A short prompt arriving while a long one is prefilled (nothing decoding
+ * yet): the step that prefills the short one carries at most the target's
+ * worth of the long one (one block with a tiny target), not the rest of
+ * max_batch_tokens, so the short request's first token is not held up by
+ * a full chunk; without a target the long one takes the rest.
+ */
+static void
+test_step_target_short(void)
+{
+	int32_t		toks[256];
+	int32_t		rev[48];
+	struct opus_gen_params pm = gen(1, 0.0f, 0, 0);
+	struct opus_gen_params pl = gen(2, 0.0f, 0, 0);
+	struct opus_gen_params ps = gen(2, 0.0f, 0, 0);
+
+	pm.ignore_eos = pl.ignore_eos = ps.ignore_eos = true;
+	for (int target = 0; target < 2; target++)
+	{
+		struct opus_ctx *c = make_ctx(16, 64, 64, 512);
+		struct collector *col;
+		struct opus_sched *s = NULL;
+		struct opus_error err = {0};
+		struct opus_sched_req_info in;
+		int			n;
+		int			before;
+
+		if (!c)
+			return;
+		col = calloc(1, sizeof(*col));
+		CHECK(opus_sched_create(c, on_event, col, &s, &err) == OPUS_OK, "create");
+		opus_sched_set_step_target(s, target ? 0.001 : 0.0);
+		n = filler(toks, 200);
+		CHECK(n == 200, "filler tokens: %d", n);
+		/* a 48-token prefill (the first 48 reversed: no prefix shared with
+		 * the long prompt): the cost per token is measured */
+		for (int i = 0; i < 48; i++)
+			rev[i] = toks[47 - i];
+		CHECK(opus_sched_submit(s, 1, rev, 48, &pm, &err) == OPUS_OK, "submit measure");
+		run_all(s, 50);
+		CHECK(opus_sched_submit(s, 2, toks, 200, &pl, &err) == OPUS_OK, "submit long");
+		CHECK(opus_sched_step(s, &err) == OPUS_OK, "step");
+		CHECK(opus_sched_get_request(s, 2, &in) && in.n_prompt_done == 64,
+			  "the long prompt's first chunk is max_batch_tokens: %d", in.n_prompt_done);
+		before = in.n_prompt_done;
+		CHECK(opus_sched_submit(s, 3, toks + 100, 8, &ps, &err) == OPUS_OK, "submit short");
+		CHECK(opus_sched_step(s, &err) == OPUS_OK, "step");
+		CHECK(opus_sched_get_request(s, 3, &in) && in.n_prompt_done == 8, "the short prompt is prefilled");
+		CHECK(opus_sched_get_request(s, 2, &in), "the long one is there");
+		if (target)
+			CHECK(in.n_prompt_done - before <= 16,
+				  "behind a short prefill the long one gets the target's worth: %d",
+				  in.n_prompt_done - before);
+		else
+			CHECK(in.n_prompt_done - before == 56,
+				  "without a target the long one gets the rest: %d", in.n_prompt_done - before);
+		run_all(s, 500);
+		check_clean(col, "step_target_short");
+		opus_sched_free(s);
+		free(col);
+		opus_ctx_free(c);
+	}
+}
+
+/*
  * Grammar-constrained requests: every output matches its grammar and ends
  * with STOP; the same outputs alone and in a batch (masks computed over the
  * thread pool), greedy and seeded sampling; a malformed grammar fails the
@@ -1682,6 +1746,7 @@ main(void)
 	test_fair_weights();
 	test_no_hol();
 	test_step_target();
+	test_step_target_short();
 	test_grammar();
 	opus_model_free(model);
 	return UNIT_DONE();

@@ -23,11 +23,12 @@
  *     sequence first, then prefill chunks of the others, in admission order,
  *     up to max_batch_tokens (so a long prompt is spread over several steps
  *     while everyone else keeps getting a token per step); while there are
- *     decodes in the batch, prefill tokens are also bounded by the step
- *     time target (opus_sched_set_step_target) at the measured cost per
- *     token, so the running requests' inter-token latency stays near it,
- *     and short prompts go before long ones, so a small request's first
- *     token does not wait for a long prompt's chunks;
+ *     decodes or short prompts in the batch, the other prefill tokens are
+ *     also bounded by the step time target (opus_sched_set_step_target)
+ *     at the measured cost per token, so the running requests'
+ *     inter-token latency stays near it, and short prompts go before long
+ *     ones, so a small request's first token does not wait for a long
+ *     prompt's chunks;
  *  4. if the pool runs out (OPUS_ERR_CAPACITY), the sequence of the lowest
  *     priority holding the most blocks (the most recently admitted among
  *     equals) is preempted, which frees the most room per recomputation and
@@ -631,6 +632,7 @@ build_batch(struct opus_sched *s, int *n_logit_rows)
 	int			n = 0;
 	int			budget = s->max_batch;
 	int			rows = 0;
+	bool		capped = false;
 
 	/*
 	 * pass 0: decodes; pass 1: short prefills (at most SHORT_PREFILL_BLOCKS
@@ -640,14 +642,18 @@ build_batch(struct opus_sched *s, int *n_logit_rows)
 	for (int pass = 0; pass < 3; pass++)
 	{
 		/*
-		 * Prefill behind decodes: at most what fits the step time target
-		 * at the measured cost per token (but at least one block's worth,
-		 * so a long prompt always progresses).
+		 * Prefill behind decodes, or long prefill behind a short one (a
+		 * request waiting for its first token): at most what fits the step
+		 * time target at the measured cost per token, counting the tokens
+		 * already in the batch (but at least one block's worth, so a long
+		 * prompt always progresses).
 		 */
-		if (pass == 1 && n > 0 && s->step_target_ms > 0.0 && s->ms_per_token > 0.0)
+		if (pass > 0 && !capped && n > 0 && s->step_target_ms > 0.0 && s->ms_per_token > 0.0)
 		{
-			double		fit = s->step_target_ms / s->ms_per_token - (double) n;
+			double		fit = s->step_target_ms / s->ms_per_token - (double) (s->max_batch - budget);
 			int			cap = fit < (double) budget ? (int) fit : budget;
+
+			capped = true;
 
 			if (cap < s->block_size)
 				cap = s->block_size;
