@@ -6,9 +6,8 @@
 #
 # The target table has no unique constraint, so a row written twice would
 # show as a duplicate.  The requests the killed engine held (the default
-# token budget of 4096 puts as many rows in flight as the asynchronous
-# request slots allow) fail with 58000 and are retried without using up an
-# attempt.  Where pgvector is installed,
+# token budget of 512 puts about a dozen of these rows in flight) fail with
+# 58000 and are retried without using up an attempt.  Where pgvector is installed,
 # a second job writes a vector(384) column (skipped with a message where it
 # is not).  Needs all-MiniLM-L6-v2 installed (make model-minilm before make
 # install).

@@ -75,7 +75,7 @@ IS 'internal: add the source rows the job''s work list does not have yet; return
 -- rows are appended to req_*, rows that cannot be submitted to bad_*; no
 -- free request slot (53000) stops it with slots_full.  taken: rows used.
 -- An embedding job also stops where the rows in flight (req_items) and
--- those it takes would pass its token budget, batch_tokens (default 4096,
+-- those it takes would pass its token budget, batch_tokens (default 512,
 -- rows counted by opus_job_token_estimate), but always takes one row when
 -- none is in flight.
 CREATE FUNCTION @extschema@.opus_job_fill(
@@ -104,7 +104,7 @@ BEGIN
     taken := 0;
     slots_full := false;
     IF embeds THEN
-        budget := COALESCE((j.options OPERATOR(pg_catalog.->>) 'batch_tokens')::bigint, 4096);
+        budget := COALESCE((j.options OPERATOR(pg_catalog.->>) 'batch_tokens')::bigint, 512);
         SELECT COALESCE(pg_catalog.sum(@extschema@.opus_job_token_estimate(i.prompt)), 0) INTO in_flight
         FROM @extschema@.opus_job_item AS i
         WHERE i.job_id OPERATOR(pg_catalog.=) j.id AND i.item_id OPERATOR(pg_catalog.=) ANY (req_items);
