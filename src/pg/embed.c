@@ -1,7 +1,9 @@
 /*
- * embed.c - opus_embed(input, model, normalize, truncate) -> real[]: the
- * sentence embedding of input from an embedding (encoder) model, as the
- * engine's EMBED request gives it (docs/embeddings.md); and the shapes of
+ * embed.c - opus_embed(input, model, normalize, truncate, input_type) ->
+ * real[]: the sentence embedding of input from an embedding (encoder)
+ * model, as the engine's EMBED request gives it (docs/embeddings.md), with
+ * the query or document prefix the model's declaration gives sent before
+ * the input (request.c writes it); and the shapes of
  * an EMBEDDING result (real[], the OpenAI embeddings object) that
  * opus_embed_many and the asynchronous opus_result_embedding /
  * opus_result_completion share.
@@ -15,11 +17,11 @@
 
 #include "catalog/pg_type.h"
 #include "fmgr.h"
+#include "lib/stringinfo.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/json.h"
 #include "utils/jsonb.h"
-#include "lib/stringinfo.h"
 
 #include "opus_pg.h"
 
