@@ -119,11 +119,12 @@ BEGIN
     END LOOP;
 END $$;
 -- (the generate and chat errors are the 0A000 calls above)
-SELECT kind, model, status, params = '{}' AS no_params,
+SELECT kind, model, status, CASE WHEN kind = 'embed' THEN params::text END AS embed_options,
        bool_and(prompt_tokens > 0) AS has_tokens,
        bool_and(completion_tokens IS NULL OR completion_tokens = 0) AS no_completion
 FROM opus_requests WHERE model = 'minilm' AND status IN ('completed', 'error')
-GROUP BY 1, 2, 3, 4 ORDER BY kind COLLATE "C", status COLLATE "C";
+GROUP BY 1, 2, 3, 4
+ORDER BY kind COLLATE "C", status COLLATE "C", CASE WHEN kind = 'embed' THEN params::text END COLLATE "C";
 SELECT sum(prompt_tokens) = (SELECT sum(prompt_tokens) FROM pg_stat_opus WHERE model = 'minilm') AS same_tokens
 FROM opus_requests WHERE model = 'minilm' AND status = 'completed';
 -- The engine's counters (pg_stat_opus_engine): its encode calls and the tokens they encoded.

@@ -117,6 +117,7 @@ typedef struct OpusSlot
 	uint32		payload_len;	/* SUBMIT payload bytes at the start of buf */
 	struct opus_proto_params params;	/* as encoded there (the request log) */
 	uint16		n_stop;			/* stop strings encoded there */
+	uint32		embed_flags;	/* EMBED: OPUS_PROTO_EMBED_* encoded there */
 
 	/* Written by the supervisor while RUNNING, read by the backend at DONE/ERROR. */
 	uint32		result_len;		/* TEXT or TOKENS bytes at the start of buf */

@@ -104,6 +104,7 @@ typedef struct OpusLogRecord
 	Oid			dbid;
 	struct opus_proto_params params;
 	int32		n_stop;
+	uint32		embed_flags;	/* EMBED: OPUS_PROTO_EMBED_* */
 	int32		n_prompt;
 	int32		n_completion;
 	int32		n_cached;

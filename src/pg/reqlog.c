@@ -281,14 +281,16 @@ finish_name(uint8 finish)
 	return NULL;
 }
 
-/* The generation parameters as a jsonb text. */
+/* The generation parameters (an embedding's options) as a jsonb text. */
 static char *
 params_json(const OpusLogRecord *r)
 {
 	const struct opus_proto_params *p = &r->params;
 
 	if (r->kind == OPUS_KIND_EMBED)
-		return pstrdup("{}");	/* no sampling parameters */
+		return psprintf("{\"normalize\": %s, \"truncate\": %s}",
+						(r->embed_flags & OPUS_PROTO_EMBED_NORMALIZE) ? "true" : "false",
+						(r->embed_flags & OPUS_PROTO_EMBED_TRUNCATE) ? "true" : "false");
 	return psprintf("{\"max_tokens\": %d, \"temperature\": %g, \"top_p\": %g, \"top_k\": %d, "
 					"\"min_p\": %g, \"presence_penalty\": %g, \"frequency_penalty\": %g, "
 					"\"repetition_penalty\": %g, \"seed\": " UINT64_FORMAT ", \"stop_count\": %d}",

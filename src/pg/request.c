@@ -389,6 +389,7 @@ OpusSubmitSlot(OpusSlot *slot, const OpusRequest *req, TimestampTz start)
 	slot->payload_len = OpusEncodeRequest(req, OpusSlotBuf(slot), OpusShared->slot_buf_size,
 										  &slot->params);
 	slot->n_stop = (uint16) req->n_stop;
+	slot->embed_flags = req->kind == OPUS_KIND_EMBED ? req->embed_flags : 0;
 	slot->result_len = 0;
 	slot->err_code = 0;
 	slot->model = (uint8) req->model;

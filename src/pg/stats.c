@@ -612,6 +612,7 @@ fill_log_record(OpusLogRecord *rec, OpusSlot *slot, const OpusTrack *t)
 	rec->userid = slot->userid;
 	rec->dbid = slot->dbid;
 	rec->submitted_at = slot->submit_time;
+	rec->embed_flags = slot->embed_flags;	/* written while FILLING, like kind */
 	if (t)
 	{
 		rec->params = t->params;
