@@ -46,7 +46,7 @@ ok(defined poll_until(30, sub {
 	my ($rc, $o) = psql_state($node, 'SELECT preemptions > 0 FROM pg_stat_opus_engine', 10);
 	$o eq 't' }), 'the attack makes the engine preempt');
 my ($q_attack, $t_attack, $q_max) = victim_runs(3);
-cmp_ok($q_max, '<', 1000, sprintf('under the attack the victim is admitted within 1 s (worst %.0f ms)', $q_max));
+cmp_ok($q_max, '<', 5000, sprintf('under the attack the victim is admitted within 5 s (worst %.0f ms)', $q_max));
 my ($rc, $out) = psql_state($node, "SELECT count(*) FROM unnest('{$ids}'::bigint[]) i WHERE opus_cancel(i)", 30);
 is($out, '4', 'the attackers were still there');
 diag(sprintf('victim median queue/total ms: alone %.0f / %.0f, under the attack %.0f / %.0f',
