@@ -1248,7 +1248,8 @@ out:
  *     string ended: the bytes left over are rejected, nothing is dependent.
  * This split (XGrammar's context-independent tokens) is a function of the
  * frame alone, so it is computed once per frame and vocabulary and cached
- * with the grammar (CLASS_CACHE_MAX frames); a mask is then one OR of a
+ * with the grammar (CLASS_CACHE_MAX frames, CLASS_CACHE_BYTES of bitmaps);
+ * a mask is then one OR of a
  * bitmap per stack plus a walk of the dependent subtrees from the full
  * stack.  Frames repeat far more than whole states do: the frame of a
  * position inside a JSON string is the same in every object of an array,
@@ -1384,7 +1385,7 @@ class_find(const opus_grammar *g, uint64_t vocab_uid, uint64_t h, const uint32_t
  * memory: e is left to the caller).
  */
 static int
-class_insert(opus_grammar *g, struct class_entry *e)
+class_insert(opus_grammar *g, struct class_entry *e, size_t words)
 {
 	uint32_t	k;
 
@@ -1401,7 +1402,8 @@ class_insert(opus_grammar *g, struct class_entry *e)
 			return -1;
 		}
 	}
-	if (g->n_classes == CLASS_CACHE_MAX)
+	if (g->n_classes == CLASS_CACHE_MAX ||
+		((size_t) g->n_classes + 1) * words * sizeof(uint32_t) > CLASS_CACHE_BYTES)
 	{
 		for (int i = 0; i < g->n_classes; i++)
 		{
@@ -1451,7 +1453,7 @@ class_apply(opus_grammar *g, const opus_grammar_vocab *v, const uint32_t *key,
 	i = class_find(g, v->uid, h, key);
 	if (i < 0 && e.accept)
 	{
-		i = class_insert(g, &e);
+		i = class_insert(g, &e, words);
 		if (i >= 0)
 			e.accept = e.dep = NULL;	/* the cache owns them */
 	}

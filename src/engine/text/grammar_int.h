@@ -70,11 +70,13 @@ struct opus_grammar
 /*
  * The top CLASS_FRAME entries of a stack are its frame; the tokens a frame
  * accepts whatever lies below it are computed once per frame and vocabulary
- * and kept, at most CLASS_CACHE_MAX frames per grammar (then all are
- * dropped and the cache fills again).
+ * and kept, at most CLASS_CACHE_MAX frames and CLASS_CACHE_BYTES of their
+ * bitmaps (a bit per token each) per grammar: then all are dropped and the
+ * cache fills again.  With the grammar cache's 32 grammars, at most 256 MB.
  */
 #define CLASS_FRAME 4
 #define CLASS_CACHE_MAX 1024
+#define CLASS_CACHE_BYTES (8u << 20)
 #define CLASS_TAB_SIZE (4 * CLASS_CACHE_MAX)
 
 struct class_entry
