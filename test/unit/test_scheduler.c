@@ -19,7 +19,7 @@
 #include "unit.h"
 #include "text/grammar.h"
 
-#define MAX_REQ 32
+#define MAX_REQ 48
 #define TEXT_CAP 8192
 
 struct got
@@ -1213,6 +1213,88 @@ test_scope_eviction(void)
 }
 
 /*
+ * Bounded credit: tenant 2 keeps a backlog of unrelated prompts while
+ * tenant 1 runs one request at a time (a one-session client), so tenant 1
+ * is live but never backlogged and tenant 2 gets the batch places it cannot
+ * use.  Without a bound (credit 0) tenant 2's counter lead over tenant 1,
+ * seen at each of tenant 1's arrivals, grows round after round; with the
+ * default bound it is at most OPUS_SCHED_FAIR_CREDIT at every arrival (and
+ * tenant 1, still behind, still goes first).
+ */
+static void
+test_fair_credit(void)
+{
+	int32_t		ta[64];
+	int			na = encode("Hello there, my friend", ta, 64);
+	double		max_gap[2] = {0.0, 0.0};
+
+	for (int bounded = 0; bounded < 2; bounded++)
+	{
+		struct opus_ctx *c = make_ctx(16, 8, 64, 128);
+		struct collector *col = calloc(1, sizeof(*col));
+		struct opus_sched *s = NULL;
+		struct opus_error err = {0};
+		struct opus_gen_params pa = gen(8, 0.0f, 0, 0);
+		struct opus_gen_params pb = gen(32, 0.0f, 0, 0);
+
+		if (!c || !col)
+			return;
+		CHECK(opus_sched_create(c, on_event, col, &s, &err) == OPUS_OK, "create");
+		opus_sched_set_fair_credit(s, bounded ? OPUS_SCHED_FAIR_CREDIT : 0.0);
+		/* no timing-dependent rule: the counters depend on the steps alone */
+		opus_sched_set_aging(s, 0.0);
+		opus_sched_set_starvation(s, 0.0);
+		pa.ignore_eos = pb.ignore_eos = true;
+		pa.tenant = 1;
+		pb.tenant = 2;
+		for (int i = 0; i < 14; i++)
+		{
+			char		prompt[128];
+			int32_t		tb[64];
+			int			nb;
+
+			snprintf(prompt, sizeof(prompt), "Item %d of the list: write a line about the number %d.",
+					 i, 7 * i + 3);
+			nb = encode(prompt, tb, 64);
+			CHECK(opus_sched_submit(s, 200 + (uint64_t) i, tb, nb, &pb, &err) == OPUS_OK,
+				  "submit B %d", i);
+		}
+		for (int round = 0; round < 16; round++)
+		{
+			uint64_t	id = 100 + (uint64_t) round;
+			struct opus_sched_req_info ia,
+						ib;
+			int			steps = 0;
+			bool		found = false;
+
+			CHECK(opus_sched_submit(s, id, ta, na, &pa, &err) == OPUS_OK, "submit A %d", round);
+			for (int i = 0; i < 14 && !found; i++)
+				found = opus_sched_get_request(s, 200 + (uint64_t) i, &ib) && !ib.running;
+			if (found && opus_sched_get_request(s, id, &ia) &&
+				ib.tenant_service - ia.tenant_service > max_gap[bounded])
+				max_gap[bounded] = ib.tenant_service - ia.tenant_service;
+			while (steps < 200 && !(got_for(col, id) && got_for(col, id)->n_done > 0))
+			{
+				CHECK(opus_sched_step(s, &err) == OPUS_OK, "step");
+				steps++;
+			}
+		}
+		for (int i = 0; i < 14; i++)
+			(void) opus_sched_cancel(s, 200 + (uint64_t) i);
+		run_all(s, 400);
+		opus_sched_free(s);
+		free(col);
+		opus_ctx_free(c);
+	}
+	printf("fair credit: tenant 2's largest lead at tenant 1's arrivals: %.0f unbounded, %.0f bounded\n",
+		   max_gap[0], max_gap[1]);
+	CHECK(max_gap[0] > OPUS_SCHED_FAIR_CREDIT + OPUS_SCHED_FAIR_MARGIN,
+		  "without a bound the lead grows (%.0f)", max_gap[0]);
+	CHECK(max_gap[1] <= OPUS_SCHED_FAIR_CREDIT + 1e-9 && max_gap[1] > OPUS_SCHED_FAIR_MARGIN,
+		  "with the bound it stays at most %.0f (%.0f)", OPUS_SCHED_FAIR_CREDIT, max_gap[1]);
+}
+
+/*
  * Fair share: with room for two sequences, tenant 1 queues six requests,
  * then tenant 2 one.  The least-served tenant goes first, so tenant 2's
  * request is admitted at the first free place, not after tenant 1's
@@ -1744,6 +1826,7 @@ main(void)
 	test_scope_eviction();
 	test_fair_share();
 	test_fair_weights();
+	test_fair_credit();
 	test_no_hol();
 	test_step_target();
 	test_step_target_short();

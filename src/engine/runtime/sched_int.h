@@ -87,6 +87,7 @@ struct opus_sched
 	uint64_t	root_hash;		/* parent hash of every first block */
 	double		aging_ms;		/* waiting time per class of promotion, 0 = off */
 	double		starve_ms;		/* queue wait after which nobody overtakes, 0 = never */
+	double		fair_credit;	/* bound on a non-backlogged tenant's lag, 0 = none */
 	double		step_target_ms; /* prefill bound while decoding, 0 = off */
 	double		ms_per_token;	/* measured step cost per token (EWMA), 0 = unknown */
 	opus_event_fn cb;

@@ -79,6 +79,12 @@
  * number of sessions.  A tenant that comes back after being idle
  * (OPUS_SCHED_FAIR_IDLE_MS without a live request) has its counter lifted
  * to the least counter of the tenants waiting, so idleness banks no credit.
+ * A tenant that is live but has nothing queued when a request of it
+ * arrives (one session, its last call running or just finished) is lifted
+ * to at most OPUS_SCHED_FAIR_CREDIT behind the least counter of the
+ * tenants with requests queued (opus_sched_set_fair_credit): it still goes
+ * first, but the service it could not use does not pile up into an
+ * unbounded lead that would later hold the others back.
  * A queued request may preempt a running one of another tenant of the same
  * class whose counter is ahead of its own by more than
  * OPUS_SCHED_FAIR_MARGIN (the victim is recomputed from the prefix cache),
@@ -132,6 +138,7 @@ opus_sched_create(struct opus_ctx *ctx, opus_event_fn cb, void *user,
 	s->root_hash = opus_kv_hash_root(opus_model_identity(opus_ctx_model(ctx)), s->block_size);
 	s->aging_ms = OPUS_SCHED_AGING_MS;
 	s->starve_ms = OPUS_SCHED_STARVE_MS;
+	s->fair_credit = OPUS_SCHED_FAIR_CREDIT;
 	s->step_target_ms = 0.0;
 	s->cb = cb;
 	s->user = user;
@@ -299,6 +306,34 @@ tenant_enter(struct opus_sched *s, uint32_t id, uint32_t weight)
 			}
 		if (any && t->vtc < lo)
 			t->vtc = lo;
+	}
+	if (s->fair_credit > 0.0)
+	{
+		/*
+		 * Bounded credit: with nothing of its own waiting, the tenant is not
+		 * backlogged, and what it could not use went to those who were; it
+		 * starts at most fair_credit behind the least-served of them.
+		 */
+		bool		queued = false,
+					any = false;
+		double		lo = 0.0;
+
+		for (int q = 0; q < s->n_queue; q++)
+		{
+			const struct sched_req *r = s->queue[q];
+
+			if (r->finished)
+				continue;
+			if (r->tenant == i)
+				queued = true;
+			else if (!any || s->tenants[r->tenant].vtc < lo)
+			{
+				lo = s->tenants[r->tenant].vtc;
+				any = true;
+			}
+		}
+		if (!queued && any && t->vtc < lo - s->fair_credit)
+			t->vtc = lo - s->fair_credit;
 	}
 	t->n_live++;
 	return i;
@@ -496,6 +531,12 @@ void
 opus_sched_set_starvation(struct opus_sched *s, double ms)
 {
 	s->starve_ms = ms > 0.0 ? ms : 0.0;
+}
+
+void
+opus_sched_set_fair_credit(struct opus_sched *s, double credit)
+{
+	s->fair_credit = credit > 0.0 ? credit : 0.0;
 }
 
 void

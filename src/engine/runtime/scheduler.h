@@ -27,6 +27,8 @@
 #define OPUS_SCHED_MAX_WEIGHT 1000	/* fair-share weight upper bound */
 #define OPUS_SCHED_FAIR_MARGIN 64.0	/* virtual tokens: fair-share preemption threshold */
 #define OPUS_SCHED_FAIR_IDLE_MS 500.0	/* a tenant idle this long loses its banked credit */
+#define OPUS_SCHED_FAIR_CREDIT 256.0	/* virtual tokens: the most a tenant with nothing
+										 * queued may be behind those with requests queued */
 #define OPUS_SCHED_STARVE_MS 10000.0	/* default: after 10 s in the queue nobody overtakes */
 
 enum opus_finish
@@ -142,6 +144,16 @@ void		opus_sched_set_starvation(struct opus_sched *s, double ms);
  * max_batch_tokens limits prefill.
  */
 void		opus_sched_set_step_target(struct opus_sched *s, double ms);
+
+/*
+ * Fair-share credit bound: when a request arrives for a tenant with no
+ * request waiting in the queue, its counter is lifted to at least the least
+ * counter of the tenants with requests waiting, minus credit virtual
+ * tokens, so a tenant that is never backlogged (one session, always
+ * running) cannot bank an unbounded lead for later.  0 = no bound.
+ * Default OPUS_SCHED_FAIR_CREDIT.
+ */
+void		opus_sched_set_fair_credit(struct opus_sched *s, double credit);
 
 /* Requests queued or running. */
 int			opus_sched_n_active(const struct opus_sched *s);
