@@ -19,8 +19,11 @@
 #
 # Model a is the default model; b and the swap target are variants made
 # with `opus_engine quantize` (Q4_0 and Q8_0 of the same weights, so their
-# greedy outputs differ).  Every request: a short prompt, max_tokens
-# TOKENS, greedy.  Prints tables; not a pass/fail test.
+# greedy outputs differ).  Every request: a short story prompt that starts
+# with its own number (so no two share a cached prefix, here or in
+# llama.cpp), max_tokens TOKENS, greedy; tokens per second count the
+# tokens generated (usage.completion_tokens).  Prints tables; not a
+# pass/fail test.
 #
 # usage: [PG_CONFIG=...] [ENGINE=build/opus_engine] [SESSIONS=16]
 #        [PHASE=10] [TOKENS=16] [OPUS_THREADS=2] [PORT=55437]
@@ -39,6 +42,9 @@ TOKENS=${TOKENS:-16}
 OPUS_THREADS=${OPUS_THREADS:-2}
 PORT=${PORT:-55437}
 MODEL=${MODEL:-$repo/models/SmolLM2-135M-Instruct.Q4_1.gguf}
+# greedy, this continues for well over 16 tokens (the default model's
+# answer to "Write a short story about a robot." is an immediate EOS)
+PROMPT='Once upon a time, in a small village by the sea, there lived a robot named Unit 17. Every morning the robot'
 
 [ -x "$ENGINE" ] || { echo "$0: $ENGINE is not an executable (make)" >&2; exit 1; }
 [ -f "$MODEL" ] || { echo "$0: $MODEL is missing (make model)" >&2; exit 1; }
@@ -79,7 +85,7 @@ as_pg "'$bindir/pg_ctl' -D '$dir/data' -l '$dir/log' -w start" >/dev/null
 psql=("$bindir/psql" -X -q -At -h "$dir" -p "$PORT" -U postgres -d postgres)
 q() { "${psql[@]}" -c "$1"; }
 q "CREATE EXTENSION opus_pg"
-q "CREATE UNLOGGED TABLE lat (phase text, model text, t0 timestamptz, ms double precision, ok boolean)"
+q "CREATE UNLOGGED TABLE lat (phase text, model text, t0 timestamptz, ms double precision, ok boolean, tokens int)"
 q "CREATE UNLOGGED TABLE llama (phase text, model text, requests int, tokens int, p50_ms double precision)"
 wait_ready() {
 	for _ in $(seq 1 600); do
@@ -93,16 +99,18 @@ echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg); $(nproc) CPUs; $SES
 
 # session PHASE MODEL SECONDS: a loop of greedy requests, each timed
 session() {
-	"${psql[@]}" -c "DO \$\$ DECLARE t0 timestamptz; ok boolean; BEGIN
+	"${psql[@]}" -c "DO \$\$ DECLARE t0 timestamptz; ok boolean; n int; k int := 0; BEGIN
 	  WHILE clock_timestamp() < now() + interval '$3 s' LOOP
 	    t0 := clock_timestamp();
+	    k := k + 1;
 	    BEGIN
-	      PERFORM opus_generate('Write a short story about a robot.', max_tokens => $TOKENS, temperature => 0,
-	                            model => nullif('$2', 'default'));
+	      n := (opus_completion(format('Story %s-%s: $PROMPT', pg_backend_pid(), k),
+	                            max_tokens => $TOKENS, temperature => 0,
+	                            model => nullif('$2', 'default'))->'usage'->>'completion_tokens')::int;
 	      ok := true;
-	    EXCEPTION WHEN OTHERS THEN ok := false;
+	    EXCEPTION WHEN OTHERS THEN ok := false; n := 0;
 	    END;
-	    INSERT INTO lat VALUES ('$1', '$2', t0, extract(epoch FROM clock_timestamp() - t0) * 1000, ok);
+	    INSERT INTO lat VALUES ('$1', '$2', t0, extract(epoch FROM clock_timestamp() - t0) * 1000, ok, n);
 	  END LOOP; END \$\$" >/dev/null
 }
 run_phase() {	# run_phase NAME SECONDS MODEL...  (sessions spread over the models)
@@ -137,7 +145,7 @@ echo
 echo "throughput (requests/s and generated tokens/s over the phase)"
 { echo "phase|model|requests|req_per_s|tok_per_s|p50_ms"; q "SELECT phase, coalesce(model, 'all') AS model, count(*) AS requests,
           round((count(*) / $PHASE.0)::numeric, 2) AS req_per_s,
-          round((count(*) * $TOKENS / $PHASE.0)::numeric, 1) AS tok_per_s,
+          round((sum(tokens) / $PHASE.0)::numeric, 1) AS tok_per_s,
           round(percentile_cont(0.5) WITHIN GROUP (ORDER BY ms)::numeric, 1) AS p50_ms
    FROM lat WHERE phase IN ('a_alone', 'b_alone', 'both') GROUP BY GROUPING SETS ((phase, model), (phase))
    HAVING model IS NOT NULL OR phase = 'both' ORDER BY phase, model NULLS LAST"; } | column -t -s'|'
@@ -161,7 +169,7 @@ llama_phase() {	# llama_phase NAME LABEL=FILE...  (the sessions split over them)
 		python3 "$repo/test/bench/bench_models_llama.py" --mode "$llama_mode" \
 			--server-bin "${LLAMA_SERVER:-llama-server}" --model "${spec#*=}" --label "$label" \
 			--ready-file "$dir/llama-ready-$label" --go-file "$dir/llama-go" \
-			--sessions "$per" --seconds "$PHASE" --tokens "$TOKENS" --threads "$OPUS_THREADS" \
+			--sessions "$per" --seconds "$PHASE" --tokens "$TOKENS" --threads "$OPUS_THREADS" --prompt "$PROMPT" \
 			--port $((18090 + k)) --logdir "$dir" >"$dir/llama-$name-$label.out" 2>"$dir/llama-$name-$label.err" &
 		pids+=($!)
 		k=$((k + 1))
@@ -187,16 +195,16 @@ if [ "$llama_mode" != none ]; then
 	echo
 	echo "the same against llama.cpp ($llama_mode: one process per model, $OPUS_THREADS threads each); ratio = opus_pg req/s / llama.cpp req/s"
 	{ echo "phase|model|opus_req_s|opus_tok_s|opus_p50_ms|llama_req_s|llama_tok_s|llama_p50_ms|ratio"
-	q "WITH o AS (SELECT phase, model, count(*) AS n, percentile_cont(0.5) WITHIN GROUP (ORDER BY ms) AS p50
+	q "WITH o AS (SELECT phase, model, count(*) AS n, sum(tokens) AS tokens, percentile_cont(0.5) WITHIN GROUP (ORDER BY ms) AS p50
 	              FROM lat WHERE phase IN ('a_alone', 'b_alone', 'both') GROUP BY phase, model),
 	        l AS (SELECT phase, model, requests AS n, tokens, p50_ms AS p50 FROM llama),
-	        j AS (SELECT phase, model, o.n AS on_, o.p50 AS op50, l.n AS ln, l.tokens AS lt, l.p50 AS lp50
+	        j AS (SELECT phase, model, o.n AS on_, o.tokens AS ot, o.p50 AS op50, l.n AS ln, l.tokens AS lt, l.p50 AS lp50
 	              FROM o FULL JOIN l USING (phase, model)
 	              UNION ALL
-	              SELECT 'both', 'all', (SELECT sum(n) FROM o WHERE phase = 'both'), NULL,
+	              SELECT 'both', 'all', (SELECT sum(n) FROM o WHERE phase = 'both'), (SELECT sum(tokens) FROM o WHERE phase = 'both'), NULL,
 	                     (SELECT sum(n) FROM l WHERE phase = 'both'), (SELECT sum(tokens) FROM l WHERE phase = 'both'), NULL)
 	   SELECT phase, model,
-	          round((on_ / $PHASE.0)::numeric, 2) AS opus_req_s, round((on_ * $TOKENS / $PHASE.0)::numeric, 1) AS opus_tok_s,
+	          round((on_ / $PHASE.0)::numeric, 2) AS opus_req_s, round((ot / $PHASE.0)::numeric, 1) AS opus_tok_s,
 	          round(op50::numeric, 1) AS opus_p50_ms,
 	          round((ln / $PHASE.0)::numeric, 2) AS llama_req_s, round((lt / $PHASE.0)::numeric, 1) AS llama_tok_s,
 	          round(lp50::numeric, 1) AS llama_p50_ms,

@@ -4,9 +4,10 @@ bench_models_llama.py - llama.cpp's side of test/bench/bench_models.sh.
 
 One model per process, as llama.cpp's router and Ollama serve several
 models: bench_models.sh starts this once per model (twice at once for
-"both models").  SESSIONS client threads send the same greedy request
-(PROMPT, max TOKENS tokens) one after the other for SECONDS, like the
-opus_pg sessions of bench_models.sh, against
+"both models").  SESSIONS client threads send greedy requests (the
+prompt after a number of their own, "Story S-K: ...", so no two share a
+cached prefix; max TOKENS tokens) one after the other for SECONDS, like
+the opus_pg sessions of bench_models.sh, against
 
   server      llama.cpp's HTTP server (llama-server) with SESSIONS parallel
               slots and continuous batching, when --server-bin names one;
@@ -23,7 +24,7 @@ Prints one line:
 (requests started in the window; their latency, client side, in ms).
 
 Usage: bench_models_llama.py --mode server|sequential --model FILE --label L
-         --ready-file F --go-file G [--sessions 16] [--seconds 10]
+         --ready-file F --go-file G --prompt TEXT [--sessions 16] [--seconds 10]
          [--tokens 16] [--threads 2] [--server-bin llama-server]
          [--port 18090] [--logdir /tmp]
 """
@@ -38,7 +39,6 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_batching_llama as bbl  # noqa: E402
 
-PROMPT = "Write a short story about a robot."
 
 
 def main():
@@ -56,21 +56,22 @@ def main():
     ap.add_argument("--server-args", default="")
     ap.add_argument("--port", type=int, default=18090)
     ap.add_argument("--logdir", default="/tmp")
+    ap.add_argument("--prompt", required=True)
     a = ap.parse_args()
 
     server = None
     if a.mode == "server":
         server = bbl.start_server(a, a.sessions)
 
-        def one(tokens):
-            return bbl.stream_server(a.port, PROMPT, tokens)
+        def one(prompt, tokens):
+            return bbl.stream_server(a.port, prompt, tokens)
     else:
         seq = bbl.Sequential(a.model, a.threads)
 
-        def one(tokens):
-            return seq.run(PROMPT, tokens)
+        def one(prompt, tokens):
+            return seq.run(prompt, tokens)
     try:
-        one(4)  # warm-up, not timed
+        one("Story 0: " + a.prompt, 4)  # warm-up, not timed
         open(a.ready_file, "w").close()
         while not os.path.exists(a.go_file):
             time.sleep(0.02)
@@ -80,17 +81,21 @@ def main():
         t0 = time.monotonic()
         deadline = t0 + a.seconds
 
-        def session():
+        def session(i):
+            k = 0
             while True:
                 start = time.monotonic()
                 if start >= deadline:
                     return
-                r = one(a.tokens)
+                k += 1
+                r = one("Story %d-%d: %s" % (i, k, a.prompt), a.tokens)
                 ms = (time.monotonic() - start) * 1e3
+                # llama-cpp-python's stream ends with one more chunk than
+                # it generated tokens: count at most max_tokens
                 with lock:
-                    results.append((ms, r[2] if r else 0))
+                    results.append((ms, min(r[2], a.tokens) if r else 0))
 
-        ths = [threading.Thread(target=session) for _ in range(a.sessions)]
+        ths = [threading.Thread(target=session, args=(i,)) for i in range(a.sessions)]
         for t in ths:
             t.start()
         for t in ths:
