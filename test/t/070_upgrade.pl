@@ -189,7 +189,7 @@ for my $v (@old)
 	{
 		my $off = log_offset($node);
 		$node->safe_psql('postgres', "SELECT opus_generate('Not logged', max_tokens => 1)");
-		ok(defined poll_until(30, sub {
+		ok(defined poll_until(120, sub {
 			substr(slurp_file($node->logfile), $off) =~
 			  /the extension in database "$db" is version \Q$v\E, the library \Q$newest\E; request records are discarded/ }),
 			"$db: the logger refuses the $v table, naming both versions");
@@ -324,7 +324,7 @@ SKIP:
 	skip "no database $LOGDB (no 0.1.0 to update from)", 1 unless grep { $_ eq '0.1.0' } @old;
 	my $before = $node->safe_psql($LOGDB, 'SELECT coalesce(max(id), 0) FROM opus_requests');
 	$node->safe_psql('postgres', "SELECT opus_generate('Logged after the update', max_tokens => 2, temperature => 0)");
-	ok(defined poll_until(30, sub {
+	ok(defined poll_until(120, sub {
 		$node->safe_psql($LOGDB, "SELECT count(*) FROM opus_requests WHERE id > $before AND status = 'completed'") > 0 }),
 		'the request logger writes into the updated database');
 }
