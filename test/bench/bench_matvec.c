@@ -19,6 +19,7 @@
 #include <dlfcn.h>
 #include <immintrin.h>
 #include <math.h>
+#include <stdbool.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -65,8 +66,21 @@ struct job
 	const void *x;
 	float	   *out;
 	double		sum;
+	double		cpu;			/* CPU seconds of the thread's work */
 	pthread_barrier_t *bar;
 };
+
+/* CPU_TIME=1: time runs by the threads' CPU time (the slowest thread's), not the wall clock */
+static bool cpu_time;
+
+static double
+thread_cpu(void)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+	return t.tv_sec + t.tv_nsec * 1e-9;
+}
 
 static void
 probe(struct job *j)
@@ -94,7 +108,10 @@ worker(void *arg)
 {
 	struct job *j = arg;
 
+	double		c0;
+
 	pthread_barrier_wait(j->bar);
+	c0 = thread_cpu();
 	if (j->kind == 0)
 		probe(j);
 	else if (j->kind == 1 && n_tok > 1)
@@ -124,6 +141,7 @@ worker(void *arg)
 	else
 		for (int64_t r = j->r0; r < j->r1; r++)
 			j->g->vec_dot(N_IN, &j->out[r], 0, j->w + r * j->row_bytes, 0, j->x, 0, 1);
+	j->cpu = thread_cpu() - c0;
 	pthread_barrier_wait(j->bar);
 	return NULL;
 }
@@ -146,7 +164,7 @@ run(int kind, int nt, const struct opus_qtype_info *q, const struct ggml_traits_
 
 		jobs[i] = (struct job)
 		{
-			kind, q, g, w, row_bytes, step * i, i == nt - 1 ? total : step * (i + 1), x, out, 0, &bar
+			kind, q, g, w, row_bytes, step * i, i == nt - 1 ? total : step * (i + 1), x, out, 0, 0, &bar
 		};
 		pthread_create(&th[i], NULL, worker, &jobs[i]);
 	}
@@ -157,6 +175,14 @@ run(int kind, int nt, const struct opus_qtype_info *q, const struct ggml_traits_
 	for (int i = 0; i < nt; i++)
 		pthread_join(th[i], NULL);
 	pthread_barrier_destroy(&bar);
+	if (cpu_time)
+	{
+		double		c = 0;
+
+		for (int i = 0; i < nt; i++)
+			c = jobs[i].cpu > c ? jobs[i].cpu : c;
+		return c;
+	}
 	return t1 - t0;
 }
 
@@ -220,6 +246,7 @@ main(int argc, char **argv)
 		cpu_init();
 	}
 	opus_qtype_init_cpu(false);
+	cpu_time = getenv("CPU_TIME") != NULL;
 	if (getenv("NTOK"))
 		n_tok = atoi(getenv("NTOK")) < 1 ? 1 : atoi(getenv("NTOK")) > 8 ? 8 : atoi(getenv("NTOK"));
 
@@ -254,8 +281,9 @@ main(int argc, char **argv)
 			la[0] = la[1] = la[2] = 0;
 		fclose(f);
 	}
-	printf("kernels: %s; matrix %d columns, ~%u MB of weights; median of %d; load average %.2f %.2f %.2f\n",
-		   opus_qtype_cpu_variant(), N_IN, (unsigned) (mat_bytes >> 20), reps, la[0], la[1], la[2]);
+	printf("kernels: %s; matrix %d columns, ~%u MB of weights; %d token(s); median of %d; %s; load average %.2f %.2f %.2f\n",
+		   opus_qtype_cpu_variant(), N_IN, (unsigned) (mat_bytes >> 20), n_tok, reps,
+		   cpu_time ? "CPU time" : "wall time", la[0], la[1], la[2]);
 	printf("read bandwidth (probe): 1 thread %.1f GB/s, 2 threads %.1f GB/s\n", roof[1], roof[2]);
 	printf("%-5s %3s %9s %9s %9s %7s %9s %9s %12s\n", "type", "thr", "ours GB/s", "1-row",
 		   "ggml GB/s", "ratio", "ours/roof", "ggml/roof", "max |diff|");

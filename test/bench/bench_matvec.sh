@@ -3,7 +3,9 @@
 # engine's quant kernels and run it (ours vs llama.cpp's ggml vec_dot vs the
 # measured read bandwidth, per weight type, 1 and 2 threads, matrices
 # streamed from memory).  TYPES=Q4_K,Q6_K picks types, MAT_MB=1 a matrix that
-# stays in the caches, BUILD_ONLY=1 just builds.  Run from the repo root.
+# stays in the caches, NTOK=8 the tile kernels (8 tokens per weight read),
+# CPU_TIME=1 timing by CPU time (a loaded machine), BUILD_ONLY=1 just builds.
+# Run from the repo root.
 set -e
 LIB=$(python3 -c 'import llama_cpp, os; print(os.path.join(os.path.dirname(llama_cpp.__file__), "lib", "libggml-cpu.so"))' 2>/dev/null || echo none)
 OUT=build/bench

@@ -866,7 +866,7 @@ test_fp16(void)
 }
 
 /*
- * (g) opus_vec_dot_rows and opus_vec_dot_tile (1..9 tokens): for every
+ * (g) opus_vec_dot_rows and opus_vec_dot_tile (1..16 tokens): for every
  * type and every dot product it may be
  * given (the chosen vec_dot, the reference one, the llama.cpp-order
  * variants), 1..19 rows (whole groups of the several-row kernels and
@@ -878,12 +878,13 @@ test_rows_one(const char *variant)
 {
 	enum
 	{
-		MAX_ROWS = 19
+		MAX_ROWS = 19,
+		MAX_TOK = 16
 	};
 	static float x[MAX_N];
 	static uint8_t w[MAX_ROWS * (MAX_N * 4 + 64)],
 				xq[MAX_N * 4],
-				xq_tok[9 * MAX_N * 4];
+				xq_tok[MAX_TOK * MAX_N * 4];
 	int			n_checked = 0;
 
 	for (size_t c = 0; c < N_CASES; c++)
@@ -914,7 +915,7 @@ test_rows_one(const char *variant)
 				}
 				fill(x, n, DATA_NORMAL);
 				xi->from_float(x, xq, n);
-				for (int t = 0; t < 9; t++)
+				for (int t = 0; t < MAX_TOK; t++)
 				{
 					fill(x, n, DATA_NORMAL);
 					xi->from_float(x, xq_tok + (size_t) t * xb, n);
@@ -952,11 +953,14 @@ test_rows_one(const char *variant)
 							  variant, wi->name, (long long) n, k, nr, pad * 36);
 						n_checked++;
 					}
-					/* tiles: tokens 1..9 (x + t * xb: the test's tokens are distinct rows of w) */
-					for (int nt = 1; nt <= 9; nt++)
+					/*
+					 * tiles: tokens 1..16 (x + t * xb), against 1..19 rows
+					 * (whole groups of 8 and remainders)
+					 */
+					for (int nt = 1; nt <= MAX_TOK; nt++)
 					{
-						static float got[9 * MAX_ROWS];
-						int			nr = nt % 2 ? 16 : 11;
+						static float got[MAX_TOK * MAX_ROWS];
+						int			nr = (nt * 7) % MAX_ROWS + 1;
 						bool		same = true;
 
 						opus_vec_dot_tile(dots[k], n, nr, w, stride, nt, xq_tok, xb, got, MAX_ROWS);

@@ -1048,6 +1048,22 @@ tk_dot4_avx2(__m256i acc, __m256i w, __m256i x)
 #undef TK_DOT4
 #pragma GCC pop_options
 
+/*
+ * Q5_K / Q6_K tiles (quant_tile_kl.h): AVX2, and the same code with the
+ * AVX-512 register file (32 vector registers: the unpacked block stays in
+ * them); the same bits either way.
+ */
+#define TL_NAME(x) x##_avx2
+#include "quant/quant_tile_kl.h"
+#undef TL_NAME
+
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512vl,avx512bw")
+#define TL_NAME(x) x##_avx512
+#include "quant/quant_tile_kl.h"
+#undef TL_NAME
+#pragma GCC pop_options
+
 /* AVX-512 VNNI (+VL) usable, and not turned off (OPUS_NO_AVX512) */
 static bool
 use_avx512vnni(void)
@@ -1309,5 +1325,19 @@ opus_quant_register_avx2(struct opus_qtype_info *t)
 	{
 		opus_quant_register_tile(q4_K_vec_dot_avx2, q4_K_tile_avx2);
 		opus_quant_register_tile(opus_q4_K_vec_dot_gemv_avx2, q4_K_gemv_tile_avx2);
+	}
+	if (use_avx512vnni() && __builtin_cpu_supports("avx512bw"))
+	{
+		opus_quant_register_tile(q5_K_vec_dot_avx2, q5_K_tile_avx512);
+		opus_quant_register_tile(opus_q5_K_vec_dot_tiled_avx2, q5_K_tiled_tile_avx512);
+		opus_quant_register_tile(q6_K_vec_dot_avx2, q6_K_tile_avx512);
+		opus_quant_register_tile(opus_q6_K_vec_dot_tiled_avx2, q6_K_tiled_tile_avx512);
+	}
+	else
+	{
+		opus_quant_register_tile(q5_K_vec_dot_avx2, q5_K_tile_avx2);
+		opus_quant_register_tile(opus_q5_K_vec_dot_tiled_avx2, q5_K_tiled_tile_avx2);
+		opus_quant_register_tile(q6_K_vec_dot_avx2, q6_K_tile_avx2);
+		opus_quant_register_tile(opus_q6_K_vec_dot_tiled_avx2, q6_K_tiled_tile_avx2);
 	}
 }
