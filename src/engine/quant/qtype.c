@@ -193,16 +193,6 @@ opus_vec_dot_tile(opus_vec_dot_fn dot, int64_t n, int n_rows, const void *w,
 
 	if (k >= 0 && rows_kernels[k].tile && n_tok > 1)
 		rows_kernels[k].tile(n, n_rows, w, w_stride, n_tok, x, x_stride, out, ld);
-	else if (n_tok == 1)
-	{
-		/*
-		 * One token (decode): row by row.  The weights stream from memory
-		 * then, and one sequential stream measured faster end to end than
-		 * the several-row kernels' 8 interleaved ones (1B-like Q4_K model).
-		 */
-		for (int r = 0; r < n_rows; r++)
-			out[r] = dot(n, (const uint8_t *) w + (size_t) r * w_stride, x);
-	}
 	else
 		for (int t = 0; t < n_tok; t++)
 			opus_vec_dot_rows(dot, n, n_rows, w, w_stride, (const uint8_t *) x + (size_t) t * x_stride,

@@ -1025,36 +1025,400 @@ q4_K_gemv_rows_avx2(int64_t n, int n_rows, const void *w, size_t ws, const void 
 		out[r] = opus_q4_K_vec_dot_gemv_avx2(n, (const uint8_t *) w + r * ws, x);
 }
 
-/* ---- tile kernels (quant_tile_k.h): AVX2, and vpdpbusd in its AVX-512 VNNI encoding ---- */
+/*
+ * Q4_K, 8 rows, AVX-512 VNNI (decode's matrix-vector products).  Per
+ * super-block, each row's quants meet the activation with vpdpbusd, a
+ * 512-bit register per two sub-blocks and no scales (so 4 instructions a
+ * row instead of 16); the 8 rows' 32 registers are then reduced together
+ * (three levels of pairwise unpack-and-add give one lane per row and
+ * sub-block), and the sub-block scales, unpacked for the 8 rows at once
+ * from their transposed headers, multiply the exact sub-block sums
+ * afterwards.  The chunk sums (scales times quants) and min sums are the
+ * same exact integers as q4_K_vec_dot_avx2's, and the float chains, 8 rows
+ * in the lanes, are its own (gemv: opus_q4_K_vec_dot_gemv_avx2's), so every
+ * result is bit-identical to the one-row kernel.
+ */
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512vl,avx512bw,avx512dq,avx512vnni")
 
-static inline __m256i
-tk_dot4_avx2(__m256i acc, __m256i w, __m256i x)
+/* lane selection of the scales for reduced register v (see q4_K_rows8_z) */
+struct q4k_z_sel
 {
-	return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(w, x), _mm256_set1_epi16(1)));
+	__m512i		idx[4];
+	__m512i		shift[4];
+};
+
+static void
+q4k_z_sel_init(struct q4k_z_sel *sel)
+{
+	/* reduced register v holds sub-blocks alpha (128-bit lanes 0, 2) and beta (1, 3) */
+	static const int alpha[4] = {0, 1, 4, 5};
+	static const int beta[4] = {2, 3, 6, 7};
+
+	for (int v = 0; v < 4; v++)
+	{
+		int32_t		idx[16],
+					sh[16];
+
+		for (int k = 0; k < 16; k++)
+		{
+			int			row = (k & 3) + 4 * (k >> 3);
+			int			sb = (k & 4) ? beta[v] : alpha[v];
+
+			idx[k] = (sb >= 4 ? 8 : 0) + row;
+			sh[k] = 8 * (sb & 3);
+		}
+		sel->idx[v] = _mm512_loadu_si512(idx);
+		sel->shift[v] = _mm512_loadu_si512(sh);
+	}
 }
 
-#define TK_NAME(x) x##_avx2
-#define TK_DOT4(acc, w, x) tk_dot4_avx2(acc, w, x)
-#include "quant/quant_tile_k.h"
-#undef TK_NAME
-#undef TK_DOT4
+static inline __attribute__((always_inline)) __m512i
+z_pair_add32(__m512i a, __m512i b)
+{
+	return _mm512_add_epi32(_mm512_unpacklo_epi32(a, b), _mm512_unpackhi_epi32(a, b));
+}
 
-#pragma GCC push_options
-#pragma GCC target("avx512f,avx512vl,avx512vnni")
-#define TK_NAME(x) x##_vnni512
-#define TK_DOT4(acc, w, x) _mm256_dpbusd_epi32(acc, w, x)
-#include "quant/quant_tile_k.h"
-#undef TK_NAME
-#undef TK_DOT4
+static inline __attribute__((always_inline)) __m512i
+z_pair_add64(__m512i a, __m512i b)
+{
+	return _mm512_add_epi32(_mm512_unpacklo_epi64(a, b), _mm512_unpackhi_epi64(a, b));
+}
+
+static inline __attribute__((always_inline)) __m512i
+z_pair_add128(__m512i a, __m512i b)
+{
+	return _mm512_add_epi32(_mm512_shuffle_i32x4(a, b, 0x88), _mm512_shuffle_i32x4(a, b, 0xDD));
+}
+
+/* the activation quants of a super-block in the order of the weight registers */
+static inline __attribute__((always_inline)) void
+q4k_z_act(const int8_t *xq, __m512i *xz)
+{
+#pragma GCC unroll 2
+	for (int p = 0; p < 2; p++)
+	{
+		/* [lo 2p | lo 2p+1], [hi 2p | hi 2p+1] */
+		xz[2 * p] = _mm512_inserti64x4(_mm512_castsi256_si512(load256(xq + 128 * p)),
+									   load256(xq + 128 * p + 64), 1);
+		xz[2 * p + 1] = _mm512_inserti64x4(_mm512_castsi256_si512(load256(xq + 128 * p + 32)),
+										   load256(xq + 128 * p + 96), 1);
+	}
+}
+
+/*
+ * A row's quants as 4 registers: [sub-block 0 | 2], [1 | 3], [4 | 6], [5 | 7]
+ * (low nibbles of chunks 0 and 1, their high nibbles, the same for 2, 3).
+ */
+static inline __attribute__((always_inline)) void
+q4k_z_weights(const opus_block_q4_K *a, __m512i *u)
+{
+	const __m512i m4 = _mm512_set1_epi8(0x0F);
+
+#pragma GCC unroll 2
+	for (int p = 0; p < 2; p++)
+	{
+		__m512i		q = _mm512_loadu_si512(a->qs + 64 * p);
+
+		u[2 * p] = _mm512_and_si512(q, m4);
+		u[2 * p + 1] = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
+	}
+}
+
+/*
+ * e[r][v] (8 rows, 16 lanes each) reduced: f[v] holds the sum of each of
+ * e[r][v]'s two 8-lane halves, 128-bit lanes: first half rows 0-3, second
+ * half rows 0-3, first half rows 4-7, second half rows 4-7.
+ */
+static inline __attribute__((always_inline)) void
+q4k_z_reduce(__m512i (*e)[4], __m512i *f)
+{
+	__m512i		g[4][4];
+
+#pragma GCC unroll 4
+	for (int q = 0; q < 4; q++)
+#pragma GCC unroll 4
+		for (int v = 0; v < 4; v++)
+			g[q][v] = z_pair_add32(e[2 * q][v], e[2 * q + 1][v]);
+#pragma GCC unroll 4
+	for (int v = 0; v < 4; v++)
+		f[v] = z_pair_add128(z_pair_add64(g[0][v], g[1][v]), z_pair_add64(g[2][v], g[3][v]));
+}
+
+/* the 8 rows' super-block headers (lane r = row r) */
+struct q4k_z_head
+{
+	__m256		d,				/* w.d, w.dmin as floats */
+				dmin;
+	__m512i		scv[4];			/* sub-block scales in f[v]'s layout */
+	__m256i		mn_lo,			/* mins 0..3, 4..7 as bytes */
+				mn_hi;
+};
+
+static inline __attribute__((always_inline)) void
+q4k_z_head(const uint8_t *w, size_t ws, size_t off, const struct q4k_z_sel *sel,
+		   struct q4k_z_head *hd)
+{
+	const __m256i m6 = _mm256_set1_epi8(0x3F),
+				m4l = _mm256_set1_epi8(0x0F),
+				m2h = _mm256_set1_epi8(0x30);
+	__m256i		l[4],
+				t[4],
+				dw0,
+				w0,
+				w1,
+				w2,
+				sc_lo,
+				sc_hi;
+	__m512i		zs;
+
+#pragma GCC unroll 4
+	for (int k = 0; k < 4; k++)
+		l[k] = _mm256_set_m128i(_mm_loadu_si128((const __m128i *) (w + (k + 4) * ws + off)),
+								_mm_loadu_si128((const __m128i *) (w + k * ws + off)));
+	t[0] = _mm256_unpacklo_epi32(l[0], l[1]);
+	t[1] = _mm256_unpackhi_epi32(l[0], l[1]);
+	t[2] = _mm256_unpacklo_epi32(l[2], l[3]);
+	t[3] = _mm256_unpackhi_epi32(l[2], l[3]);
+	dw0 = _mm256_unpacklo_epi64(t[0], t[2]);	/* d | dmin << 16 */
+	w0 = _mm256_unpackhi_epi64(t[0], t[2]);	/* scale bytes 0..3 */
+	w1 = _mm256_unpacklo_epi64(t[1], t[3]);	/* 4..7 */
+	w2 = _mm256_unpackhi_epi64(t[1], t[3]);	/* 8..11 */
+	hd->d = _mm256_cvtph_ps(_mm256_cvtepi32_epi16(_mm256_and_si256(dw0, _mm256_set1_epi32(0xFFFF))));
+	hd->dmin = _mm256_cvtph_ps(_mm256_cvtepi32_epi16(_mm256_srli_epi32(dw0, 16)));
+	/* k_unpack_scales for 8 rows */
+	sc_lo = _mm256_and_si256(w0, m6);
+	hd->mn_lo = _mm256_and_si256(w1, m6);
+	sc_hi = _mm256_or_si256(_mm256_and_si256(w2, m4l), _mm256_and_si256(_mm256_srli_epi32(w0, 2), m2h));
+	hd->mn_hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(w2, 4), m4l),
+								_mm256_and_si256(_mm256_srli_epi32(w1, 2), m2h));
+	zs = _mm512_inserti64x4(_mm512_castsi256_si512(sc_lo), sc_hi, 1);
+#pragma GCC unroll 4
+	for (int v = 0; v < 4; v++)
+		hd->scv[v] = _mm512_and_si512(_mm512_srlv_epi32(_mm512_permutexvar_epi32(sel->idx[v], zs),
+														sel->shift[v]),
+									  _mm512_set1_epi32(0xFF));
+}
+
+/*
+ * One token's float steps for 8 rows: chunk sums (scales times sub-block
+ * sums f), min sums from the token's bsums, then the chains of
+ * q4_K_vec_dot_avx2 (gemv: opus_q4_K_vec_dot_gemv_avx2) in the lanes.
+ */
+static inline __attribute__((always_inline)) void
+q4k_z_step(const __m512i *f, const struct q4k_z_head *hd, const opus_block_q8_K *b, bool gemv,
+		   __m256 *acc, __m256 *accm)
+{
+	const __m512i chunk_order = _mm512_setr_epi32(0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 12, 13, 14, 15);
+	/* pshufb: bytes 2c', 2c' + 1 of each dword as two 16-bit words */
+	const __m256i pick01 = _mm256_setr_epi32(0x80018000, 0x80058004, 0x80098008, 0x800D800C,
+											 0x80018000, 0x80058004, 0x80098008, 0x800D800C);
+	const __m256i pick23 = _mm256_setr_epi32(0x80038002, 0x80078006, 0x800B800A, 0x800F800E,
+											 0x80038002, 0x80078006, 0x800B800A, 0x800F800E);
+	__m256		xd = _mm256_set1_ps(b->d),
+				dv = _mm256_mul_ps(hd->d, xd),
+				dmv = _mm256_mul_ps(hd->dmin, xd);
+	__m512i		s01,
+				s23;
+	__m256i		sc[4],
+				mc[4],
+				bs;
+
+	/* chunk c: scale 2c times sub-block 2c plus scale 2c + 1 times sub-block 2c + 1 */
+	s01 = _mm512_permutexvar_epi32(chunk_order, _mm512_add_epi32(_mm512_mullo_epi32(f[0], hd->scv[0]),
+																 _mm512_mullo_epi32(f[1], hd->scv[1])));
+	s23 = _mm512_permutexvar_epi32(chunk_order, _mm512_add_epi32(_mm512_mullo_epi32(f[2], hd->scv[2]),
+																 _mm512_mullo_epi32(f[3], hd->scv[3])));
+	sc[0] = _mm512_castsi512_si256(s01);
+	sc[1] = _mm512_extracti64x4_epi64(s01, 1);
+	sc[2] = _mm512_castsi512_si256(s23);
+	sc[3] = _mm512_extracti64x4_epi64(s23, 1);
+	/* min sums: m_2c * bs_2c + m_2c+1 * bs_2c+1, bs_j = bsums[2j] + bsums[2j + 1] */
+	bs = _mm256_madd_epi16(load256(b->bsums), _mm256_set1_epi16(1));
+	bs = _mm256_packs_epi32(bs, bs);
+	mc[0] = _mm256_madd_epi16(_mm256_shuffle_epi8(hd->mn_lo, pick01),
+							  _mm256_permutevar8x32_epi32(bs, _mm256_set1_epi32(0)));
+	mc[1] = _mm256_madd_epi16(_mm256_shuffle_epi8(hd->mn_lo, pick23),
+							  _mm256_permutevar8x32_epi32(bs, _mm256_set1_epi32(1)));
+	mc[2] = _mm256_madd_epi16(_mm256_shuffle_epi8(hd->mn_hi, pick01),
+							  _mm256_permutevar8x32_epi32(bs, _mm256_set1_epi32(4)));
+	mc[3] = _mm256_madd_epi16(_mm256_shuffle_epi8(hd->mn_hi, pick23),
+							  _mm256_permutevar8x32_epi32(bs, _mm256_set1_epi32(5)));
+	if (gemv)
+	{
+		*acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(_mm256_add_epi32(sc[0], sc[1]),
+																   _mm256_add_epi32(sc[2], sc[3]))),
+							   dv, *acc);
+		*accm = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(_mm256_add_epi32(mc[0], mc[1]),
+																	_mm256_add_epi32(mc[2], mc[3]))),
+								dmv, *accm);
+	}
+	else
+	{
+#pragma GCC unroll 4
+		for (int c = 0; c < 4; c++)
+		{
+			*acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sc[c]), dv, *acc);
+			*accm = _mm256_fmadd_ps(_mm256_cvtepi32_ps(mc[c]), dmv, *accm);
+		}
+	}
+}
+
+/* 8 rows, one token (out[r], r < 8) */
+static inline __attribute__((always_inline)) void
+q4_K_rows8_z(int64_t n, const uint8_t *w, size_t ws, const opus_block_q8_K *b, float *out,
+			 bool gemv, const struct q4k_z_sel *sel)
+{
+	__m256		acc = _mm256_setzero_ps(),
+				accm = _mm256_setzero_ps();
+
+	for (int64_t i = 0; i < n / OPUS_QK_K; i++)
+	{
+		size_t		off = (size_t) i * sizeof(opus_block_q4_K);
+		__m512i		xz[4],
+					e[8][4],
+					f[4];
+		struct q4k_z_head hd;
+
+		rows8_prefetch(w, ws, off, sizeof(opus_block_q4_K));
+		q4k_z_act(b[i].qs, xz);
+#pragma GCC unroll 8
+		for (int r = 0; r < 8; r++)
+		{
+			__m512i		u[4];
+
+			q4k_z_weights((const opus_block_q4_K *) (w + r * ws + off), u);
+#pragma GCC unroll 4
+			for (int v = 0; v < 4; v++)
+				e[r][v] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u[v], xz[v]);
+		}
+		q4k_z_reduce(e, f);
+		q4k_z_head(w, ws, off, sel, &hd);
+		q4k_z_step(f, &hd, &b[i], gemv, &acc, &accm);
+	}
+	_mm256_storeu_ps(out, _mm256_sub_ps(acc, accm));
+}
+
+/*
+ * 8 rows times C tokens (C <= 8; x + t * xst): out[t * ld + r].  Each
+ * super-block's unpacked quants and headers serve all the tokens.
+ */
+static inline __attribute__((always_inline)) void
+q4_K_tile8_z(int64_t n, const uint8_t *w, size_t ws, int C, const uint8_t *x, size_t xst,
+			 float *out, int ld, bool gemv, const struct q4k_z_sel *sel)
+{
+	__m256		acc[8],
+				accm[8];
+
+	for (int t = 0; t < C; t++)
+		acc[t] = accm[t] = _mm256_setzero_ps();
+	for (int64_t i = 0; i < n / OPUS_QK_K; i++)
+	{
+		size_t		off = (size_t) i * sizeof(opus_block_q4_K);
+		__m512i		u[8][4];
+		struct q4k_z_head hd;
+
+		rows8_prefetch(w, ws, off, sizeof(opus_block_q4_K));
+#pragma GCC unroll 8
+		for (int r = 0; r < 8; r++)
+			q4k_z_weights((const opus_block_q4_K *) (w + r * ws + off), u[r]);
+		q4k_z_head(w, ws, off, sel, &hd);
+		for (int t = 0; t < C; t++)
+		{
+			const opus_block_q8_K *b = (const opus_block_q8_K *) (x + (size_t) t * xst) + i;
+			__m512i		xz[4],
+						e[8][4],
+						f[4];
+
+			q4k_z_act(b->qs, xz);
+#pragma GCC unroll 8
+			for (int r = 0; r < 8; r++)
+#pragma GCC unroll 4
+				for (int v = 0; v < 4; v++)
+					e[r][v] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u[r][v], xz[v]);
+			q4k_z_reduce(e, f);
+			q4k_z_step(f, &hd, b, gemv, &acc[t], &accm[t]);
+		}
+	}
+	for (int t = 0; t < C; t++)
+		_mm256_storeu_ps(out + (size_t) t * ld, _mm256_sub_ps(acc[t], accm[t]));
+}
+
+static inline __attribute__((always_inline)) void
+q4_K_rows_z_any(int64_t n, int n_rows, const void *w, size_t ws, const void *x, float *out,
+				bool gemv)
+{
+	struct q4k_z_sel sel;
+	int			r = 0;
+
+	q4k_z_sel_init(&sel);
+	for (; r + 8 <= n_rows; r += 8)
+		q4_K_rows8_z(n, (const uint8_t *) w + r * ws, ws, x, out + r, gemv, &sel);
+	for (; r < n_rows; r++)
+		out[r] = (gemv ? opus_q4_K_vec_dot_gemv_avx2 : q4_K_vec_dot_avx2) (n, (const uint8_t *) w + r * ws, x);
+}
+
+static void
+q4_K_rows_z(int64_t n, int n_rows, const void *w, size_t ws, const void *x, float *out)
+{
+	q4_K_rows_z_any(n, n_rows, w, ws, x, out, false);
+}
+
+static void
+q4_K_gemv_rows_z(int64_t n, int n_rows, const void *w, size_t ws, const void *x, float *out)
+{
+	q4_K_rows_z_any(n, n_rows, w, ws, x, out, true);
+}
+
+static inline __attribute__((always_inline)) void
+q4_K_tile_z_any(int64_t n, int n_rows, const void *w, size_t ws, int n_tok, const void *x,
+				size_t xst, float *out, int ld, bool gemv)
+{
+	struct q4k_z_sel sel;
+
+	q4k_z_sel_init(&sel);
+	for (int t0 = 0; t0 < n_tok; t0 += 8)
+	{
+		int			C = n_tok - t0 < 8 ? n_tok - t0 : 8;
+		const uint8_t *xt = (const uint8_t *) x + (size_t) t0 * xst;
+		int			r = 0;
+
+		for (; r + 8 <= n_rows; r += 8)
+			q4_K_tile8_z(n, (const uint8_t *) w + r * ws, ws, C, xt, xst,
+						 out + (size_t) t0 * ld + r, ld, gemv, &sel);
+		for (; r < n_rows; r++)
+			for (int t = 0; t < C; t++)
+				out[(size_t) (t0 + t) * ld + r] =
+					(gemv ? opus_q4_K_vec_dot_gemv_avx2 : q4_K_vec_dot_avx2) (n, (const uint8_t *) w + r * ws,
+																			   xt + (size_t) t * xst);
+	}
+}
+
+static void
+q4_K_tile_z(int64_t n, int n_rows, const void *w, size_t ws, int n_tok, const void *x,
+			size_t xst, float *out, int ld)
+{
+	q4_K_tile_z_any(n, n_rows, w, ws, n_tok, x, xst, out, ld, false);
+}
+
+static void
+q4_K_gemv_tile_z(int64_t n, int n_rows, const void *w, size_t ws, int n_tok, const void *x,
+				 size_t xst, float *out, int ld)
+{
+	q4_K_tile_z_any(n, n_rows, w, ws, n_tok, x, xst, out, ld, true);
+}
+
 #pragma GCC pop_options
 
 /*
- * Q5_K / Q6_K tiles (quant_tile_kl.h): AVX2, and the same code with the
- * AVX-512 register file (32 vector registers: the unpacked block stays in
- * them); the same bits either way.
+ * ---- the K-quant tile kernels (quant_tile_kl.h): AVX2, and the same code
+ * with the AVX-512 register file (32 vector registers: the unpacked block
+ * stays in them); the same bits either way ----
  */
 #define TL_NAME(x) x##_avx2
+#define TL_Q4_K
 #include "quant/quant_tile_kl.h"
+#undef TL_Q4_K
 #undef TL_NAME
 
 #pragma GCC push_options
@@ -1064,13 +1428,13 @@ tk_dot4_avx2(__m256i acc, __m256i w, __m256i x)
 #undef TL_NAME
 #pragma GCC pop_options
 
-/* AVX-512 VNNI (+VL) usable, and not turned off (OPUS_NO_AVX512) */
+/* AVX-512 F, VL and BW usable, and not turned off (OPUS_NO_AVX512) */
 static bool
-use_avx512vnni(void)
+use_avx512bw(void)
 {
 	__builtin_cpu_init();
 	return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
-		__builtin_cpu_supports("avx512vnni") && getenv("OPUS_NO_AVX512") == NULL;
+		__builtin_cpu_supports("avx512bw") && getenv("OPUS_NO_AVX512") == NULL;
 }
 
 /* ---------------------------------------------------------------------
@@ -1314,19 +1678,21 @@ opus_quant_register_avx2(struct opus_qtype_info *t)
 	t[OPUS_TYPE_Q5_K].vec_dot = q5_K_vec_dot_avx2;
 	t[OPUS_TYPE_Q6_K].vec_dot = q6_K_vec_dot_avx2;
 	t[OPUS_TYPE_Q8_K].from_float = q8_K_from_float_avx2;
-	opus_quant_register_rows(q4_K_vec_dot_avx2, q4_K_rows_avx2);
-	opus_quant_register_rows(opus_q4_K_vec_dot_gemv_avx2, q4_K_gemv_rows_avx2);
-	if (use_avx512vnni())
+	if (use_avx512bw() && __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vnni"))
 	{
-		opus_quant_register_tile(q4_K_vec_dot_avx2, q4_K_tile_vnni512);
-		opus_quant_register_tile(opus_q4_K_vec_dot_gemv_avx2, q4_K_gemv_tile_vnni512);
+		opus_quant_register_rows(q4_K_vec_dot_avx2, q4_K_rows_z);
+		opus_quant_register_rows(opus_q4_K_vec_dot_gemv_avx2, q4_K_gemv_rows_z);
+		opus_quant_register_tile(q4_K_vec_dot_avx2, q4_K_tile_z);
+		opus_quant_register_tile(opus_q4_K_vec_dot_gemv_avx2, q4_K_gemv_tile_z);
 	}
 	else
 	{
+		opus_quant_register_rows(q4_K_vec_dot_avx2, q4_K_rows_avx2);
+		opus_quant_register_rows(opus_q4_K_vec_dot_gemv_avx2, q4_K_gemv_rows_avx2);
 		opus_quant_register_tile(q4_K_vec_dot_avx2, q4_K_tile_avx2);
 		opus_quant_register_tile(opus_q4_K_vec_dot_gemv_avx2, q4_K_gemv_tile_avx2);
 	}
-	if (use_avx512vnni() && __builtin_cpu_supports("avx512bw"))
+	if (use_avx512bw())
 	{
 		opus_quant_register_tile(q5_K_vec_dot_avx2, q5_K_tile_avx512);
 		opus_quant_register_tile(opus_q5_K_vec_dot_tiled_avx2, q5_K_tiled_tile_avx512);
