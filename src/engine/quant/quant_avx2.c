@@ -1408,6 +1408,94 @@ q4_K_gemv_tile_z(int64_t n, int n_rows, const void *w, size_t ws, int n_tok, con
 	q4_K_tile_z_any(n, n_rows, w, ws, n_tok, x, xst, out, ld, true);
 }
 
+/*
+ * Q6_K, AVX-512 BW (decode): the two 128-quant halves of a super-block in
+ * the two halves of 512-bit registers, so each instruction does the work of
+ * two in q6_K_block; the halves are added at the end, lane by lane, which
+ * gives q6_K_block's exact 8 lanes, and the float steps are
+ * q6_K_vec_dot_avx2's (opus_q6_K_vec_dot_tiled_avx2's when tiled), so the
+ * results are bit-identical.
+ */
+static inline __attribute__((always_inline)) __m256i
+q6k_z_block(const opus_block_q6_K *a, const __m512i *xz, __m256i bsums)
+{
+	const __m512i m4 = _mm512_set1_epi8(0x0F);
+	const __m512i m2 = _mm512_set1_epi8(0x30);
+	__m128i		sc8 = _mm_loadu_si128((const __m128i *) a->scales);
+	__m256i		off = _mm256_madd_epi16(_mm256_cvtepi8_epi16(sc8), bsums);
+	__m512i		l0 = _mm512_inserti64x4(_mm512_castsi256_si512(load256(a->ql)), load256(a->ql + 64), 1);
+	__m512i		l1 = _mm512_inserti64x4(_mm512_castsi256_si512(load256(a->ql + 32)), load256(a->ql + 96), 1);
+	__m512i		qh = _mm512_loadu_si512(a->qh);
+	__m512i		s16 = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_broadcastsi128_si256(_mm_cvtepi8_epi16(sc8))),
+										 _mm256_broadcastsi128_si256(_mm_cvtepi8_epi16(_mm_unpackhi_epi64(sc8, sc8))), 1);
+	__m512i		q[4],
+				sum = _mm512_setzero_si512();
+	__m256i		sumi;
+
+	q[0] = _mm512_or_si512(_mm512_and_si512(l0, m4), _mm512_and_si512(_mm512_slli_epi16(qh, 4), m2));
+	q[1] = _mm512_or_si512(_mm512_and_si512(l1, m4), _mm512_and_si512(_mm512_slli_epi16(qh, 2), m2));
+	q[2] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(l0, 4), m4), _mm512_and_si512(qh, m2));
+	q[3] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(l1, 4), m4),
+						   _mm512_and_si512(_mm512_srli_epi16(qh, 2), m2));
+#pragma GCC unroll 4
+	for (int k = 0; k < 4; k++)
+	{
+		/* q6_scale_pair's selection in each 256-bit half: scale 2k, then 2k + 1 */
+		const __m512i pair = _mm512_broadcast_i64x4(_mm256_set_m128i(_mm_set1_epi16((short) ((4 * k + 2) | ((4 * k + 3) << 8))),
+																	 _mm_set1_epi16((short) ((4 * k) | ((4 * k + 1) << 8)))));
+
+		sum = _mm512_add_epi32(sum, _mm512_madd_epi16(_mm512_maddubs_epi16(q[k], xz[k]),
+													  _mm512_shuffle_epi8(s16, pair)));
+	}
+	sumi = _mm256_add_epi32(_mm512_castsi512_si256(sum), _mm512_extracti64x4_epi64(sum, 1));
+	return _mm256_sub_epi32(sumi, _mm256_slli_epi32(off, 5));
+}
+
+/* one row (the hardware prefetcher follows a single stream best) */
+static inline __attribute__((always_inline)) float
+q6_K_row_z(int64_t n, const opus_block_q6_K *a, const opus_block_q8_K *b, bool tiled)
+{
+	__m256		acc = _mm256_setzero_ps();
+	float		accs = 0.0f;
+
+	for (int64_t i = 0; i < n / OPUS_QK_K; i++)
+	{
+		const int8_t *xq = b[i].qs;
+		__m512i		xz[4];
+		__m256i		sumi;
+
+#pragma GCC unroll 4
+		for (int k = 0; k < 4; k++)
+			xz[k] = _mm512_inserti64x4(_mm512_castsi256_si512(load256(xq + 32 * k)), load256(xq + 128 + 32 * k), 1);
+		sumi = q6k_z_block(&a[i], xz, load256(b[i].bsums));
+		if (tiled)
+			accs = k_tiled_step(accs, (float) hsum_epi32(sumi) * f16(a[i].d), b[i].d);
+		else
+			acc = _mm256_fmadd_ps(_mm256_set1_ps(b[i].d * f16(a[i].d)), _mm256_cvtepi32_ps(sumi), acc);
+	}
+	return tiled ? accs : hsum_ps(acc);
+}
+
+static inline __attribute__((always_inline)) void
+q6_K_rows_z_any(int64_t n, int n_rows, const void *w, size_t ws, const void *x, float *out,
+				bool tiled)
+{
+	for (int r = 0; r < n_rows; r++)
+		out[r] = q6_K_row_z(n, (const opus_block_q6_K *) ((const uint8_t *) w + r * ws), x, tiled);
+}
+
+static void
+q6_K_rows_z(int64_t n, int n_rows, const void *w, size_t ws, const void *x, float *out)
+{
+	q6_K_rows_z_any(n, n_rows, w, ws, x, out, false);
+}
+
+static void
+q6_K_tiled_rows_z(int64_t n, int n_rows, const void *w, size_t ws, const void *x, float *out)
+{
+	q6_K_rows_z_any(n, n_rows, w, ws, x, out, true);
+}
+
 #pragma GCC pop_options
 
 /*
@@ -1694,6 +1782,8 @@ opus_quant_register_avx2(struct opus_qtype_info *t)
 	}
 	if (use_avx512bw())
 	{
+		opus_quant_register_rows(q6_K_vec_dot_avx2, q6_K_rows_z);
+		opus_quant_register_rows(opus_q6_K_vec_dot_tiled_avx2, q6_K_tiled_rows_z);
 		opus_quant_register_tile(q5_K_vec_dot_avx2, q5_K_tile_avx512);
 		opus_quant_register_tile(opus_q5_K_vec_dot_tiled_avx2, q5_K_tiled_tile_avx512);
 		opus_quant_register_tile(q6_K_vec_dot_avx2, q6_K_tile_avx512);
