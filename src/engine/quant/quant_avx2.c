@@ -1496,6 +1496,99 @@ q6_K_tiled_rows_z(int64_t n, int n_rows, const void *w, size_t ws, const void *x
 	q6_K_rows_z_any(n, n_rows, w, ws, x, out, true);
 }
 
+/*
+ * Q5_K, AVX-512 BW (decode): chunks 2p and 2p + 1 of a super-block in the
+ * two halves of 512-bit registers (the fifth bits shifted per half), the
+ * halves added lane by lane at the end: q5_K_block's exact 8 lanes, and
+ * q5_K_vec_dot_avx2's (opus_q5_K_vec_dot_tiled_avx2's) float steps, so
+ * bit-identical.
+ */
+static inline __attribute__((always_inline)) __m256i
+q5k_z_block(const opus_block_q5_K *a, const __m512i *xz, const opus_block_q8_K *b, int *mins)
+{
+	const __m512i m4 = _mm512_set1_epi8(0x0F);
+	const __m512i bit4 = _mm512_set1_epi8(0x10);
+	__m512i		qh = _mm512_broadcast_i64x4(load256(a->qh));
+	__m128i		sc,
+				mn;
+	__m512i		sc16,
+				sum = _mm512_setzero_si512();
+
+	k_unpack_scales(a->scales, &sc, &mn);
+	*mins = hsum_epi32(k_min_products(mn, b->bsums));
+	sc16 = _mm512_castsi128_si512(_mm_cvtepu8_epi16(sc));
+#pragma GCC unroll 2
+	for (int p = 0; p < 2; p++)
+	{
+		/*
+		 * low half chunk 2p, high half chunk 2p + 1: their fifth bits are
+		 * qh bits 4p, 4p + 1 | 4p + 2, 4p + 3, their scales 4p, 4p + 1 |
+		 * 4p + 2, 4p + 3
+		 */
+		const __m512i sel_lo = _mm512_inserti64x4(_mm512_set1_epi16((short) (4 * p)),
+												  _mm256_set1_epi16((short) (4 * p + 2)), 1);
+		const __m512i shift = sel_lo;
+		const __m512i sel_hi = _mm512_inserti64x4(_mm512_set1_epi16((short) (4 * p + 1)),
+												  _mm256_set1_epi16((short) (4 * p + 3)), 1);
+		__m512i		q = _mm512_loadu_si512(a->qs + 64 * p);
+		__m512i		hb = _mm512_srlv_epi16(qh, shift);
+		__m512i		lo = _mm512_or_si512(_mm512_and_si512(q, m4),
+										 _mm512_and_si512(_mm512_slli_epi16(hb, 4), bit4));
+		__m512i		hi = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(q, 4), m4),
+										 _mm512_and_si512(_mm512_slli_epi16(hb, 3), bit4));
+
+		sum = _mm512_add_epi32(sum, _mm512_madd_epi16(_mm512_maddubs_epi16(lo, xz[2 * p]),
+													  _mm512_permutexvar_epi16(sel_lo, sc16)));
+		sum = _mm512_add_epi32(sum, _mm512_madd_epi16(_mm512_maddubs_epi16(hi, xz[2 * p + 1]),
+													  _mm512_permutexvar_epi16(sel_hi, sc16)));
+	}
+	return _mm256_add_epi32(_mm512_castsi512_si256(sum), _mm512_extracti64x4_epi64(sum, 1));
+}
+
+static inline __attribute__((always_inline)) float
+q5_K_row_z(int64_t n, const opus_block_q5_K *a, const opus_block_q8_K *b, bool tiled)
+{
+	__m256		acc = _mm256_setzero_ps();
+	float		accs = 0.0f;
+
+	for (int64_t i = 0; i < n / OPUS_QK_K; i++)
+	{
+		__m512i		xz[4];
+		int			mins;
+		__m256i		sumi;
+
+		q4k_z_act(b[i].qs, xz);
+		sumi = q5k_z_block(&a[i], xz, &b[i], &mins);
+		if (tiled)
+		{
+			float		d = f16(a[i].d) * (float) hsum_epi32(sumi);
+
+			__asm__("" : "+x"(d));
+			accs = k_tiled_step(accs, __builtin_fmaf(-f16(a[i].dmin), (float) mins, d), b[i].d);
+		}
+		else
+		{
+			accs = __builtin_fmaf(-b[i].d * f16(a[i].dmin), (float) mins, accs);
+			acc = _mm256_fmadd_ps(_mm256_set1_ps(b[i].d * f16(a[i].d)), _mm256_cvtepi32_ps(sumi), acc);
+		}
+	}
+	return tiled ? accs : hsum_ps(acc) + accs;
+}
+
+static void
+q5_K_rows_z(int64_t n, int n_rows, const void *w, size_t ws, const void *x, float *out)
+{
+	for (int r = 0; r < n_rows; r++)
+		out[r] = q5_K_row_z(n, (const opus_block_q5_K *) ((const uint8_t *) w + r * ws), x, false);
+}
+
+static void
+q5_K_tiled_rows_z(int64_t n, int n_rows, const void *w, size_t ws, const void *x, float *out)
+{
+	for (int r = 0; r < n_rows; r++)
+		out[r] = q5_K_row_z(n, (const opus_block_q5_K *) ((const uint8_t *) w + r * ws), x, true);
+}
+
 #pragma GCC pop_options
 
 /*
@@ -1784,6 +1877,8 @@ opus_quant_register_avx2(struct opus_qtype_info *t)
 	{
 		opus_quant_register_rows(q6_K_vec_dot_avx2, q6_K_rows_z);
 		opus_quant_register_rows(opus_q6_K_vec_dot_tiled_avx2, q6_K_tiled_rows_z);
+		opus_quant_register_rows(q5_K_vec_dot_avx2, q5_K_rows_z);
+		opus_quant_register_rows(opus_q5_K_vec_dot_tiled_avx2, q5_K_tiled_rows_z);
 		opus_quant_register_tile(q5_K_vec_dot_avx2, q5_K_tile_avx512);
 		opus_quant_register_tile(opus_q5_K_vec_dot_tiled_avx2, q5_K_tiled_tile_avx512);
 		opus_quant_register_tile(q6_K_vec_dot_avx2, q6_K_tile_avx512);
