@@ -28,6 +28,8 @@ lint:
 #                 test/unit/test_*.c, built with ASan+UBSan, run
 
 .PHONY: unit check-layers check-imports
+# the random-weight nomic-bert test model (rule below, golden-embed)
+NOMIC_TEST_MODEL = models/nomic-bert-test.gguf
 build/unit/%: test/unit/%.c $(ENGINE_SAN_OBJS) test/unit/unit.h test/unit/unit_forward.h
 	@mkdir -p $(dir $@)
 	$(ENGINE_CC) $(ENGINE_CFLAGS_BASE) -iquote test/unit $(ENGINE_SAN) $< $(UNIT_CLI) $(ENGINE_SAN_OBJS) -o $@ $(ENGINE_LIBS)
@@ -60,7 +62,7 @@ check-imports: $(OBJS)
 	python3 test/tools/check_imports.py src/pg $(OBJS)
 
 # Each unit test prints "N passed, N failed" and exits non-zero on failure.
-unit: check-layers check-imports $(UNIT_BINS)
+unit: check-layers check-imports $(UNIT_BINS) $(NOMIC_TEST_MODEL)
 	@fail=0; for t in $(UNIT_BINS); do \
 		echo "== $$t"; \
 		OPUS_MODEL=$(abspath $(DEFAULT_MODEL)) $$t || fail=1; \
@@ -80,9 +82,18 @@ json-schema-check: build/unit/test_json_schema
 build/test_golden_logits: test/unit/test_golden_logits.c $(ENGINE_OBJS) test/unit/unit.h
 	$(ENGINE_CC) $(ENGINE_CFLAGS_BASE) -iquote test/unit $(ENGINE_OPT) $< $(ENGINE_OBJS) -o $@ $(ENGINE_LIBS)
 
-# The BERT encoder against llama.cpp's embeddings (test/golden/embed), every
-# golden text; make unit checks a sixth of them under ASan.
+# The BERT-family encoders against llama.cpp's embeddings (test/golden/embed),
+# every golden text: all-MiniLM-L6-v2 in F32 and, written by our quantizer,
+# F16 and Q8_0; and a random-weight nomic-bert (test/tools/gen_nomic_model.py,
+# deterministic, from the committed WordPiece vocabulary); and first the
+# tokenizer goldens of the MiniLM vocabulary (488 strings, ids and pieces).
+# make unit checks a 24th of the texts under ASan, on the files that are there.
 build/test_bert: test/unit/test_bert.c $(ENGINE_OBJS) test/unit/unit.h
+	$(ENGINE_CC) $(ENGINE_CFLAGS_BASE) -iquote test/unit $(ENGINE_OPT) $< $(ENGINE_OBJS) -o $@ $(ENGINE_LIBS)
+
+# The tokenizer goldens (test/golden/tokenizer: minilm.golden, 488 strings
+# tokenized by llama.cpp on all-MiniLM-L6-v2), optimised, for golden-embed.
+build/test_tokenizer: test/unit/test_tokenizer.c $(ENGINE_OBJS) test/unit/unit.h
 	$(ENGINE_CC) $(ENGINE_CFLAGS_BASE) -iquote test/unit $(ENGINE_OPT) $< $(ENGINE_OBJS) -o $@ $(ENGINE_LIBS)
 
 .PHONY: golden golden-embed
@@ -96,8 +107,14 @@ golden: build/test_golden_logits build/opus_engine $(DEFAULT_MODEL) golden-embed
 golden-grammar: build/opus_engine $(DEFAULT_MODEL)
 	python3 test/golden/grammar/check_grammar_golden.py build/opus_engine $(abspath $(DEFAULT_MODEL))
 
-golden-embed: build/test_bert $(MINILM_MODEL)
-	OPUS_MINILM=$(abspath $(MINILM_MODEL)) OPUS_EMBED_GOLDEN_ALL=1 build/test_bert
+$(NOMIC_TEST_MODEL): test/tools/gen_nomic_model.py test/golden/tokenizer/wpm-vocab.gguf
+	python3 test/tools/gen_nomic_model.py --force --out $@
+
+golden-embed: build/test_bert build/test_tokenizer build/opus_engine $(MINILM_MODEL) $(NOMIC_TEST_MODEL)
+	OPUS_MINILM=$(abspath $(MINILM_MODEL)) build/test_tokenizer
+	SRC=$(MINILM_MODEL) NAME=$(basename $(notdir $(MINILM_MODEL))) test/tools/make_model_variants.sh F16 Q8_0
+	OPUS_MINILM=$(abspath $(MINILM_MODEL)) OPUS_NOMIC=$(abspath $(NOMIC_TEST_MODEL)) \
+		OPUS_EMBED_GOLDEN_ALL=1 build/test_bert
 
 # ---------------------------------------------------------------------------
 # Fuzzing (test/fuzz/README).

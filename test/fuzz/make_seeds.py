@@ -229,6 +229,66 @@ try:
         w.close()
 
     write_tiny_bert(os.path.join(C, "model", "seed-tiny-bert.bin"))
+
+    # a tiny nomic-bert encoder (model_bert.c): the same vocabulary, 1
+    # layer, n_embd 32, 2 heads, n_ff 64, context 64, RoPE base 1000, a
+    # fused Q8_0 attn_qkv, SwiGLU (F16 gate and up), no biases
+    def write_tiny_nomic(path):
+        w = gguf.GGUFWriter(path, "nomic-bert")
+        for k, f in wsrc.fields.items():
+            if not k.startswith("tokenizer."):
+                continue
+            t = f.types[0]
+            if t == gguf.GGUFValueType.ARRAY:
+                w.add_array(k, f.contents())
+            elif t == gguf.GGUFValueType.STRING:
+                w.add_string(k, f.contents())
+            elif t == gguf.GGUFValueType.BOOL:
+                w.add_bool(k, f.contents())
+            elif t == gguf.GGUFValueType.UINT32:
+                w.add_uint32(k, f.contents())
+        V = len(wsrc.fields["tokenizer.ggml.tokens"].data)
+        E, FF, CTX = 32, 64, 64
+        w.add_name("opus_pg fuzz seed: tiny nomic-bert")
+        w.add_block_count(1)
+        w.add_context_length(CTX)
+        w.add_embedding_length(E)
+        w.add_feed_forward_length(FF)
+        w.add_head_count(2)
+        w.add_layer_norm_eps(1e-12)
+        w.add_causal_attention(False)
+        w.add_pooling_type(gguf.PoolingType.MEAN)
+        w.add_rope_freq_base(1000.0)
+        w.add_file_type(0)
+
+        def t(name, shape, kind):
+            a = (rng.standard_normal(shape[::-1]) * 0.1).astype(np.float32)
+            if kind == "f32":
+                w.add_tensor(name, a)
+            elif kind == "f16":
+                w.add_tensor(name, a.astype(np.float16))
+            else:
+                w.add_tensor(name, q8_0(a), raw_shape=(shape[1], 34 * shape[0] // 32),
+                             raw_dtype=gguf.GGMLQuantizationType.Q8_0)
+
+        t("token_embd.weight", (E, V), "q8")
+        t("token_types.weight", (E, 2), "f32")
+        w.add_tensor("token_embd_norm.weight", np.ones(E, dtype=np.float32))
+        w.add_tensor("token_embd_norm.bias", np.zeros(E, dtype=np.float32))
+        t("blk.0.attn_qkv.weight", (E, 3 * E), "q8")
+        t("blk.0.attn_output.weight", (E, E), "f32")
+        for m in ("attn_output_norm", "layer_output_norm"):
+            w.add_tensor("blk.0.%s.weight" % m, np.ones(E, dtype=np.float32))
+            w.add_tensor("blk.0.%s.bias" % m, np.zeros(E, dtype=np.float32))
+        t("blk.0.ffn_up.weight", (E, FF), "f16")
+        t("blk.0.ffn_gate.weight", (E, FF), "f16")
+        t("blk.0.ffn_down.weight", (FF, E), "f32")
+        w.write_header_to_file()
+        w.write_kv_data_to_file()
+        w.write_tensors_to_file()
+        w.close()
+
+    write_tiny_nomic(os.path.join(C, "model", "seed-tiny-nomic-bert.bin"))
 except ImportError as e:
     print("make_seeds: no tiny model seeds (%s)" % e)
 

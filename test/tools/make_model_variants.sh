@@ -1,7 +1,9 @@
 #!/bin/sh
 # make_model_variants.sh [TYPE ...] - write the default model in every tensor
 # type with our own quantizer, for the golden logits check
-# (test/unit/test_golden_logits.c, goldens in test/golden/logits/).
+# (test/unit/test_golden_logits.c, goldens in test/golden/logits/); with
+# SRC and NAME, another model (make golden-embed: all-MiniLM-L6-v2 in F16
+# and Q8_0 for test/unit/test_bert.c, goldens in test/golden/embed/).
 #
 #   build/opus_engine quantize models/SmolLM2-135M-Instruct.Q4_1.gguf \
 #       models/smollm2-<type>.gguf <TYPE>
@@ -13,12 +15,14 @@
 # the quantizer's output shows up as a clear hash mismatch in the check.
 #
 # Environment: OPUS_ENGINE (default build/opus_engine), SRC (default
-# models/SmolLM2-135M-Instruct.Q4_1.gguf), OUTDIR (default models).
+# models/SmolLM2-135M-Instruct.Q4_1.gguf), OUTDIR (default models), NAME
+# (default smollm2: files OUTDIR/NAME-<type>.gguf).
 set -eu
 
 engine=${OPUS_ENGINE:-build/opus_engine}
 src=${SRC:-models/SmolLM2-135M-Instruct.Q4_1.gguf}
 outdir=${OUTDIR:-models}
+name=${NAME:-smollm2}
 
 if [ $# -eq 0 ]; then
 	set -- F32 F16 BF16 Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 Q4_K Q5_K Q6_K
@@ -35,7 +39,7 @@ mkdir -p "$outdir"
 
 for type in "$@"; do
 	lower=$(printf '%s' "$type" | tr 'A-Z' 'a-z')
-	out="$outdir/smollm2-$lower.gguf"
+	out="$outdir/$name-$lower.gguf"
 	if [ -f "$out" ] && [ ! "$out" -ot "$src" ] && [ ! "$out" -ot "$engine" ]; then
 		:
 	else

@@ -60,6 +60,8 @@ static const struct spec specs[] = {
 	{"blk.0.ffn_gate_inp.weight", 2, {64, 4}, OPUS_TYPE_F32},
 	{"pos_table", 2, {64, 2}, OPUS_TYPE_F32},
 	{"blk.0.attn_q.weight", 2, {256, 4}, OPUS_TYPE_F16},
+	{"position_embd.weight", 2, {64, 8}, OPUS_TYPE_F32},	/* BERT: kept */
+	{"token_types.weight", 2, {64, 2}, OPUS_TYPE_F16},
 };
 
 #define N_SPECS (sizeof(specs) / sizeof(specs[0]))
@@ -131,7 +133,8 @@ expected_type(const struct spec *s, enum opus_qtype target)
 
 	if (s->n_dims == 1)
 		return OPUS_TYPE_F32;
-	if (strcmp(s->name, "pos_table") == 0)
+	if (strcmp(s->name, "pos_table") == 0 || strcmp(s->name, "position_embd.weight") == 0 ||
+		strcmp(s->name, "token_types.weight") == 0)
 		return s->type;
 	if (strstr(s->name, "ffn_gate_inp"))
 		return OPUS_TYPE_F32;

@@ -9,7 +9,9 @@
  *    labelled as the _M mixes, the usual names of such files);
  *    general.quantization_version is added if absent and TYPE is quantized;
  *  - weight matrices (tensors of 2+ dimensions whose name ends in "weight",
- *    except MoE router "ffn_gate_inp" weights, which stay F32) become TYPE.
+ *    except MoE router "ffn_gate_inp" weights, which stay F32, and BERT's
+ *    "position_embd.weight" and "token_types.weight", which keep their type
+ *    as llama.cpp's quantizer keeps them) become TYPE.
  *    A row length that is not a multiple of 256 cannot hold a K-quant and
  *    falls back as llama.cpp does: Q4_K -> Q5_0, Q5_K -> Q5_1,
  *    Q6_K -> Q8_0; a row length that is not a multiple of the (fallback)
@@ -93,6 +95,8 @@ output_type(const struct opus_gguf_tensor *t, enum opus_qtype target)
 		return t->type;
 	if (strstr(t->name, "ffn_gate_inp") != NULL)
 		return OPUS_TYPE_F32;
+	if (strcmp(t->name, "position_embd.weight") == 0 || strcmp(t->name, "token_types.weight") == 0)
+		return t->type;
 	return opus_quantize_row_type(t->ne[0], target);
 }
 

@@ -533,8 +533,8 @@ ffn_fused(struct wctx *w, struct mm_job *ffn, int n_tok, const struct act *in,
  * (computed as a running product, as llama.cpp does), divided by the llama3
  * frequency factor and multiplied by the linear scale.
  */
-static void
-rope_table(const struct opus_model *m, int pos, float base, float freq_scale,
+void
+opus_rope_table(const struct opus_model *m, int pos, float base, float freq_scale,
 		   float *cs, float *sn)
 {
 	const struct opus_hparams *hp = &m->hp;
@@ -562,10 +562,10 @@ rope_tables(struct opus_fwd_state *fs, const struct opus_model *m, int t)
 	const struct opus_hparams *hp = &m->hp;
 	size_t		off = (size_t) t * (hp->rope_dim / 2);
 
-	rope_table(m, fs->pos[t], hp->rope_freq_base, hp->rope_freq_scale,
+	opus_rope_table(m, fs->pos[t], hp->rope_freq_base, hp->rope_freq_scale,
 			   fs->rope_cos + off, fs->rope_sin + off);
 	if (fs->rope_cos_swa)
-		rope_table(m, fs->pos[t], hp->rope_freq_base_swa, 1.0f,
+		opus_rope_table(m, fs->pos[t], hp->rope_freq_base_swa, 1.0f,
 				   fs->rope_cos_swa + off, fs->rope_sin_swa + off);
 }
 
@@ -573,8 +573,8 @@ rope_tables(struct opus_fwd_state *fs, const struct opus_model *m, int t)
  * Rotate n_heads heads of vec in place.  llama: adjacent pairs (2i, 2i+1)
  * (the converter permuted Wq/Wk for that); qwen2: NeoX halves (i, i + d/2).
  */
-static void
-rope_apply(float *vec, int n_heads, int head_dim, int rope_dim, bool neox,
+void
+opus_rope_apply(float *vec, int n_heads, int head_dim, int rope_dim, bool neox,
 		   const float *cs, const float *sn)
 {
 	int			half = rope_dim / 2;
@@ -951,9 +951,9 @@ forward_worker(void *arg, int ith, int nth)
 			{
 				if (L->attn_q_norm)
 					qk_norm(fs, L, t);
-				rope_apply(fs->q + (size_t) t * q_dim, hp->n_head, hd, hp->rope_dim, neox,
+				opus_rope_apply(fs->q + (size_t) t * q_dim, hp->n_head, hd, hp->rope_dim, neox,
 						   rcos + (size_t) t * half, rsin + (size_t) t * half);
-				rope_apply(fs->k + (size_t) t * kv_dim, hp->n_head_kv, hd, hp->rope_dim, neox,
+				opus_rope_apply(fs->k + (size_t) t * kv_dim, hp->n_head_kv, hd, hp->rope_dim, neox,
 						   rcos + (size_t) t * half, rsin + (size_t) t * half);
 				for (int g = 0; g < hp->n_head_kv; g++)
 					store_kv(fs, il, t, g);
@@ -976,10 +976,10 @@ forward_worker(void *arg, int ith, int nth)
 			if (fuse_kv)
 			{
 				/* the whole group is this unit's: rope its q heads and k, store k, v */
-				rope_apply(fs->q + (size_t) t * q_dim + (size_t) h0 * hd, n_h, hd,
+				opus_rope_apply(fs->q + (size_t) t * q_dim + (size_t) h0 * hd, n_h, hd,
 						   hp->rope_dim, neox,
 						   rcos + (size_t) t * half, rsin + (size_t) t * half);
-				rope_apply(fs->k + (size_t) t * kv_dim + (size_t) g * hd, 1, hd,
+				opus_rope_apply(fs->k + (size_t) t * kv_dim + (size_t) g * hd, 1, hd,
 						   hp->rope_dim, neox,
 						   rcos + (size_t) t * half, rsin + (size_t) t * half);
 				store_kv(fs, il, t, g);

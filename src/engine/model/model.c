@@ -28,6 +28,7 @@ static const char *const arch_names[OPUS_ARCH__COUNT] = {
 	[OPUS_ARCH_OLMOE] = "olmoe",
 	[OPUS_ARCH_GEMMA3] = "gemma3",
 	[OPUS_ARCH_BERT] = "bert",
+	[OPUS_ARCH_NOMIC_BERT] = "nomic-bert",
 };
 
 /* ---- metadata helpers ---- */
@@ -276,7 +277,7 @@ read_hparams(const struct opus_gguf *g, const char *path,
 							  "rope dimension count %d invalid for head size %d",
 							  hp->rope_dim, hp->head_dim);
 
-	if (hp->arch == OPUS_ARCH_BERT)
+	if (hp->arch == OPUS_ARCH_BERT || hp->arch == OPUS_ARCH_NOMIC_BERT)
 	{
 		if ((st = opus_bert_read_hparams(g, hp, err)) != OPUS_OK)
 			return st;

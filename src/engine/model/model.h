@@ -41,6 +41,8 @@ enum opus_arch
 								 * sliding-window layers, scaled embeddings */
 	OPUS_ARCH_BERT,				/* encoder: learned positions, post-LayerNorm, GELU,
 								 * bidirectional attention, pooled (model_bert.c) */
+	OPUS_ARCH_NOMIC_BERT,		/* encoder: bert with NeoX RoPE instead of learned
+								 * positions, SwiGLU, fused QKV, no biases */
 	OPUS_ARCH__COUNT
 };
 

@@ -1,22 +1,32 @@
 /*
- * model_bert.c - the BERT encoder (general.architecture = bert, as llama.cpp
- * names its tensors and metadata): sentence embeddings for all-MiniLM,
- * bge-small, e5-small and the like.
+ * model_bert.c - the BERT-family encoders, as llama.cpp names their tensors
+ * and metadata: sentence embeddings for all-MiniLM, bge-small, e5-small and
+ * the like (general.architecture = bert) and nomic-embed-text (nomic-bert).
  *
  * The graph is llama.cpp's build_bert:
  *   x = LayerNorm(tok_embd[t] + token_types[0] + position_embd[p])
+ *                                             (nomic-bert: no position_embd)
  *   per layer:
  *     q, k, v = x Wq + bq, x Wk + bk, x Wv + bv
+ *                                             (attn_qkv: one fused matrix,
+ *                                             its three row ranges; every
+ *                                             bias optional)
+ *     nomic-bert: q, k = RoPE(q), RoPE(k)     (NeoX halves, position p)
  *     a = softmax(q k^T / sqrt(head_dim)) v   per head, over the tokens of
  *                                             the same input only (no mask
  *                                             by position: bidirectional)
  *     x = LayerNorm(a Wo + bo + x)            (attn_output_norm)
- *     x = LayerNorm(GELU(x Wup + bup) Wdown + bdown + x)   (layer_output_norm)
+ *     bert:       x = LayerNorm(GELU(x Wup + bup) Wdown + bdown + x)
+ *     nomic-bert: x = LayerNorm((SiLU(x Wgate) * x Wup) Wdown + x)
+ *                                             (layer_output_norm)
  *   pooled over the input's tokens (mean, first, last), L2-normalised on
  *   request.
  * LayerNorm as ggml_norm (sums in double), GELU as ggml's CPU table (the
- * tanh approximation over F16 inputs, cpu/forward_compat.c), products with
- * the weight type's vec_dot (activations converted to its vec_dot_type).
+ * tanh approximation over F16 inputs, cpu/forward_compat.c), SiLU as the
+ * decoder's SwiGLU kernel, RoPE as the decoder's (model/forward.c),
+ * products with the weight type's vec_dot (activations converted to its
+ * vec_dot_type; Q8_0 / Q8_1 ones by the decoder's quantizers, which round
+ * as ggml's CPU backend does).
  *
  * Work is split by rows (matrix products, norms) or by (input, head) pairs
  * (attention); every value is computed by a fixed sequence of operations on
@@ -42,7 +52,8 @@ struct opus_bert_layer
 				wo,
 				w_up,
 				w_down;
-	float	   *bq,
+	struct opus_wmat w_gate;	/* nomic-bert: [n_ff][n_embd], else zeroed */
+	float	   *bq,				/* biases: NULL when the file has none */
 			   *bk,
 			   *bv,
 			   *bo,
@@ -56,8 +67,10 @@ struct opus_bert_layer
 
 struct opus_bert
 {
-	float	   *pos_embd;		/* [n_ctx_train][n_embd] */
-	float	   *type0;			/* token_types row 0 [n_embd] */
+	float	   *pos_embd;		/* [n_ctx_train][n_embd]; nomic-bert: NULL */
+	float	   *rope_cos;		/* nomic-bert: [n_ctx_train][rope_dim / 2], else NULL */
+	float	   *rope_sin;
+	float	   *type0;			/* token_types row 0 [n_embd] (zeros if absent) */
 	float	   *norm_w;			/* token_embd_norm */
 	float	   *norm_b;
 	struct opus_bert_layer *layers;
@@ -76,7 +89,18 @@ opus_bert_read_hparams(const struct opus_gguf *g, struct opus_hparams *hp,
 	bool		causal = false;
 
 	hp->is_encoder = true;
-	hp->rope_freq_base = 10000.0f;	/* unused */
+	hp->rope_freq_base = 10000.0f;	/* bert: unused */
+	if (hp->arch == OPUS_ARCH_NOMIC_BERT)
+	{
+		snprintf(key, sizeof(key), "%s.rope.freq_base", hp->arch_name);
+		st = opus_gguf_get_f32(g, key, &hp->rope_freq_base, err);
+		if (st != OPUS_OK && st != OPUS_ERR_NOT_FOUND)
+			return st;
+		if (st == OPUS_ERR_NOT_FOUND)
+			hp->rope_freq_base = 10000.0f;
+		if (!(hp->rope_freq_base > 0.0f) || !isfinite(hp->rope_freq_base))
+			return opus_error_set(err, OPUS_ERR_FORMAT, "rope base must be positive");
+	}
 	snprintf(key, sizeof(key), "%s.attention.layer_norm_epsilon", hp->arch_name);
 	st = opus_gguf_get_f32(g, key, &hp->norm_eps, err);
 	if (st == OPUS_ERR_NOT_FOUND)
@@ -146,14 +170,46 @@ load_rows(const struct opus_gguf *g, const char *name, int64_t n, int64_t min_ro
 	return OPUS_OK;
 }
 
+/*
+ * Row range [r0, r0 + n_out) of a fused matrix as a matrix of its own (the
+ * rows of attn_qkv): the same bytes, so the same products.
+ */
+static struct opus_wmat
+row_range(const struct opus_wmat *w, int64_t r0, int64_t n_out)
+{
+	struct opus_wmat v = *w;
+
+	v.data = w->data + (size_t) r0 * w->row_bytes;
+	v.n_out = n_out;
+	return v;
+}
+
+/* An optional bias vector of n into *fp's next n floats; NULL when absent. */
+static enum opus_status
+load_bias(const struct opus_gguf *g, const char *name, int64_t n, float **dst,
+		  float **fp, struct opus_error *err)
+{
+	bool		found;
+	enum opus_status st = opus_load_vector(g, name, n, false, *fp, &found, err);
+
+	if (st != OPUS_OK)
+		return st;
+	*dst = found ? *fp : NULL;
+	if (found)
+		*fp += n;
+	return OPUS_OK;
+}
+
 enum opus_status
 opus_bert_load(struct opus_model *m, struct opus_error *err)
 {
 	const struct opus_hparams *hp = &m->hp;
 	const struct opus_gguf *g = m->gguf;
+	bool		nomic = hp->arch == OPUS_ARCH_NOMIC_BERT;
 	struct opus_bert *b;
 	int64_t		E = hp->n_embd,
 				F = hp->n_ff,
+				half = hp->rope_dim / 2,
 				n_floats;
 	float	   *fp;
 	char		name[96];
@@ -164,24 +220,41 @@ opus_bert_load(struct opus_model *m, struct opus_error *err)
 	if (!b)
 		return opus_error_set(err, OPUS_ERR_NOMEM, "out of memory loading model");
 	m->bert = b;
-	n_floats = (int64_t) hp->n_ctx_train * E + 3 * E +
-		(int64_t) hp->n_layer * (9 * E + F);
-	b->owned = malloc((size_t) n_floats * sizeof(float));
+	/* positions (or RoPE tables), type row, embedding norm, 10 vectors per layer */
+	n_floats = (nomic ? 2 * (int64_t) hp->n_ctx_train * half : (int64_t) hp->n_ctx_train * E) +
+		3 * E + (int64_t) hp->n_layer * (9 * E + F);
+	b->owned = calloc((size_t) n_floats, sizeof(float));
 	b->layers = calloc(hp->n_layer, sizeof(*b->layers));
 	if (!b->owned || !b->layers)
 		return opus_error_set(err, OPUS_ERR_NOMEM, "out of memory loading model");
 	fp = b->owned;
-	b->pos_embd = fp;
-	fp += (int64_t) hp->n_ctx_train * E;
+	if (nomic)
+	{
+		b->rope_cos = fp;
+		fp += (int64_t) hp->n_ctx_train * half;
+		b->rope_sin = fp;
+		fp += (int64_t) hp->n_ctx_train * half;
+		for (int p = 0; p < hp->n_ctx_train; p++)
+			opus_rope_table(m, p, hp->rope_freq_base, hp->rope_freq_scale,
+							b->rope_cos + p * half, b->rope_sin + p * half);
+	}
+	else
+	{
+		b->pos_embd = fp;
+		fp += (int64_t) hp->n_ctx_train * E;
+		if ((st = load_rows(g, "position_embd.weight", E, hp->n_ctx_train, hp->n_ctx_train,
+							b->pos_embd, err)))
+			return st;
+	}
 	b->type0 = fp;
 	fp += E;
 	b->norm_w = fp;
 	fp += E;
 	b->norm_b = fp;
 	fp += E;
-	if ((st = load_rows(g, "position_embd.weight", E, hp->n_ctx_train, hp->n_ctx_train,
-						b->pos_embd, err)) ||
-		(st = load_rows(g, "token_types.weight", E, 1, 1, b->type0, err)) ||
+	/* token types are optional (llama.cpp adds row 0 when present) */
+	if ((opus_gguf_find_tensor(g, "token_types.weight") &&
+		 (st = load_rows(g, "token_types.weight", E, 1, 1, b->type0, err))) ||
 		(st = opus_load_vector(g, "token_embd_norm.weight", E, true, b->norm_w, &found, err)) ||
 		(st = opus_load_vector(g, "token_embd_norm.bias", E, true, b->norm_b, &found, err)))
 		return st;
@@ -189,28 +262,50 @@ opus_bert_load(struct opus_model *m, struct opus_error *err)
 	for (int il = 0; il < hp->n_layer; il++)
 	{
 		struct opus_bert_layer *L = &b->layers[il];
-		float	  **vec[] = {&L->bq, &L->bk, &L->bv, &L->bo, &L->ln1_w, &L->ln1_b,
-		&L->ln2_w, &L->ln2_b, &L->b_up, &L->b_down};
-		const char *vname[] = {"attn_q.bias", "attn_k.bias", "attn_v.bias",
-			"attn_output.bias", "attn_output_norm.weight", "attn_output_norm.bias",
-			"layer_output_norm.weight", "layer_output_norm.bias", "ffn_up.bias",
-		"ffn_down.bias"};
+		float	  **norms[] = {&L->ln1_w, &L->ln1_b, &L->ln2_w, &L->ln2_b};
+		const char *nname[] = {"attn_output_norm.weight", "attn_output_norm.bias",
+		"layer_output_norm.weight", "layer_output_norm.bias"};
+		struct opus_wmat qkv;
 
 #define TN(suffix) (snprintf(name, sizeof(name), "blk.%d.%s", il, suffix), name)
-		if ((st = opus_find_matrix(g, TN("attn_q.weight"), E, E, true, &L->wq, err)) ||
-			(st = opus_find_matrix(g, TN("attn_k.weight"), E, E, true, &L->wk, err)) ||
-			(st = opus_find_matrix(g, TN("attn_v.weight"), E, E, true, &L->wv, err)) ||
-			(st = opus_find_matrix(g, TN("attn_output.weight"), E, E, true, &L->wo, err)) ||
-			(st = opus_find_matrix(g, TN("ffn_up.weight"), E, F, true, &L->w_up, err)) ||
-			(st = opus_find_matrix(g, TN("ffn_down.weight"), F, E, true, &L->w_down, err)))
+		if ((st = opus_find_matrix(g, TN("attn_qkv.weight"), E, 3 * E, false, &qkv, err)))
 			return st;
-		for (int i = 0; i < 10; i++)
+		if (qkv.data)
 		{
-			int64_t		n = (i == 8) ? F : E;
+			float	   *bqkv = NULL;
 
-			*vec[i] = fp;
-			fp += n;
-			if ((st = opus_load_vector(g, TN(vname[i]), n, true, *vec[i], &found, err)))
+			L->wq = row_range(&qkv, 0, E);
+			L->wk = row_range(&qkv, E, E);
+			L->wv = row_range(&qkv, 2 * E, E);
+			if ((st = load_bias(g, TN("attn_qkv.bias"), 3 * E, &bqkv, &fp, err)))
+				return st;
+			if (bqkv)
+			{
+				L->bq = bqkv;
+				L->bk = bqkv + E;
+				L->bv = bqkv + 2 * E;
+			}
+		}
+		else if ((st = opus_find_matrix(g, TN("attn_q.weight"), E, E, true, &L->wq, err)) ||
+				 (st = opus_find_matrix(g, TN("attn_k.weight"), E, E, true, &L->wk, err)) ||
+				 (st = opus_find_matrix(g, TN("attn_v.weight"), E, E, true, &L->wv, err)) ||
+				 (st = load_bias(g, TN("attn_q.bias"), E, &L->bq, &fp, err)) ||
+				 (st = load_bias(g, TN("attn_k.bias"), E, &L->bk, &fp, err)) ||
+				 (st = load_bias(g, TN("attn_v.bias"), E, &L->bv, &fp, err)))
+			return st;
+		if ((st = opus_find_matrix(g, TN("attn_output.weight"), E, E, true, &L->wo, err)) ||
+			(st = opus_find_matrix(g, TN("ffn_up.weight"), E, F, true, &L->w_up, err)) ||
+			(nomic && (st = opus_find_matrix(g, TN("ffn_gate.weight"), E, F, true, &L->w_gate, err))) ||
+			(st = opus_find_matrix(g, TN("ffn_down.weight"), F, E, true, &L->w_down, err)) ||
+			(st = load_bias(g, TN("attn_output.bias"), E, &L->bo, &fp, err)) ||
+			(st = load_bias(g, TN("ffn_up.bias"), F, &L->b_up, &fp, err)) ||
+			(st = load_bias(g, TN("ffn_down.bias"), E, &L->b_down, &fp, err)))
+			return st;
+		for (int i = 0; i < 4; i++)
+		{
+			*norms[i] = fp;
+			fp += E;
+			if ((st = opus_load_vector(g, TN(nname[i]), E, true, *norms[i], &found, err)))
 				return st;
 		}
 #undef TN
@@ -270,6 +365,7 @@ enum phase
 	PH_MATMUL,					/* chunks of output rows of jobs[] */
 	PH_ATTEND,					/* (input, head) pairs */
 	PH_ADDNORM,					/* rows: x = LayerNorm(y + x) */
+	PH_SWIGLU,					/* rows: h = SiLU(g) * h */
 	PH_POOL,					/* inputs */
 };
 
@@ -297,9 +393,13 @@ struct opus_encoder
 			   *v,
 			   *att,
 			   *y,
-			   *h;
+			   *h,
+			   *g;				/* nomic-bert: the gate's output [max_tokens][n_ff], else NULL */
 	uint8_t    *act;			/* activations in a vec_dot_type */
 	float	   *scores;			/* [n_threads][n_ctx_train] */
+	opus_swiglu_fn swiglu;		/* the decoder's SwiGLU kernel (llama.cpp's arithmetic) */
+	opus_act_quant_fn act_q8_0;	/* Q8_0 / Q8_1 activations as ggml's CPU quantizes them */
+	opus_act_quant_fn act_q8_1;
 
 	/* the current pass */
 	enum phase	phase;
@@ -379,7 +479,21 @@ attend_one(struct opus_encoder *e, int it, int head, float *scores)
 				t0 = e->start[it];
 	float		scale = 1.0f / sqrtf((float) hd);
 	opus_vec_dot_fn dot = opus_qtype_info(OPUS_TYPE_F32)->vec_dot;
+	const struct opus_bert *b = e->b;
 
+	/* nomic-bert: this (input, head) pair owns these q and k slices: rope them */
+	if (b->rope_cos)
+	{
+		int			half = hp->rope_dim / 2;
+
+		for (int i = 0; i < n; i++)
+		{
+			opus_rope_apply(e->q + (size_t) (t0 + i) * E + head * hd, 1, hd, hp->rope_dim, true,
+							b->rope_cos + (size_t) i * half, b->rope_sin + (size_t) i * half);
+			opus_rope_apply(e->k + (size_t) (t0 + i) * E + head * hd, 1, hd, hp->rope_dim, true,
+							b->rope_cos + (size_t) i * half, b->rope_sin + (size_t) i * half);
+		}
+	}
 	for (int i = 0; i < n; i++)
 	{
 		const float *qi = e->q + (size_t) (t0 + i) * E + head * hd;
@@ -474,18 +588,29 @@ worker(void *arg, int ith, int nth)
 
 				te->qi->to_float(te->data + (size_t) e->items[it].tokens[p] * te->row_bytes,
 								 row, E);
-				for (int i = 0; i < E; i++)
-					row[i] = b->pos_embd[(size_t) p * E + i] + (row[i] + b->type0[i]);
+				if (b->pos_embd)
+					for (int i = 0; i < E; i++)
+						row[i] = b->pos_embd[(size_t) p * E + i] + (row[i] + b->type0[i]);
+				else
+					for (int i = 0; i < E; i++)
+						row[i] = row[i] + b->type0[i];
 				layer_norm(x, row, b->norm_w, b->norm_b, E, hp->norm_eps);
 			}
 			break;
 		case PH_QUANT:
 			{
 				const struct opus_qtype_info *vqi = opus_qtype_info(e->act_type);
+				opus_act_quant_fn q = e->act_type == OPUS_TYPE_Q8_0 ? e->act_q8_0 :
+					e->act_type == OPUS_TYPE_Q8_1 ? e->act_q8_1 : NULL;
 
 				while ((u = claim(e)) < e->T)
-					vqi->from_float(e->src + (size_t) u * e->src_n, e->act + (size_t) u * e->act_row,
-									e->src_n);
+				{
+					if (q)
+						q(e->src + (size_t) u * e->src_n, e->act + (size_t) u * e->act_row, e->src_n);
+					else
+						vqi->from_float(e->src + (size_t) u * e->src_n,
+										e->act + (size_t) u * e->act_row, e->src_n);
+				}
 			}
 			break;
 		case PH_MATMUL:
@@ -515,12 +640,12 @@ worker(void *arg, int ith, int nth)
 				{
 					float	   *d = job->dst + (size_t) t * job->w->n_out + r0;
 
-					for (int64_t r = 0; r < nr; r++)
-					{
-						float		s = d[r] + job->bias[r0 + r];
-
-						d[r] = job->gelu ? gelu(s) : s;
-					}
+					if (job->bias)
+						for (int64_t r = 0; r < nr; r++)
+							d[r] = d[r] + job->bias[r0 + r];
+					if (job->gelu)
+						for (int64_t r = 0; r < nr; r++)
+							d[r] = gelu(d[r]);
 				}
 			}
 			break;
@@ -538,6 +663,14 @@ worker(void *arg, int ith, int nth)
 				for (int i = 0; i < E; i++)
 					y[i] = y[i] + x[i];
 				layer_norm(x, y, e->ln_w, e->ln_b, E, hp->norm_eps);
+			}
+			break;
+		case PH_SWIGLU:
+			while ((u = claim(e)) < e->T)
+			{
+				float	   *h = e->h + (size_t) u * hp->n_ff;
+
+				e->swiglu(h, e->g + (size_t) u * hp->n_ff, h, 0, hp->n_ff, hp->n_ff);
 			}
 			break;
 		case PH_POOL:
@@ -623,8 +756,29 @@ encode_pass(struct opus_encoder *e, const struct opus_embed_item *items, int n_i
 		e->ln_b = L->ln1_b;
 		run(e, PH_ADDNORM);
 		quantize(e, e->x, &L->w_up);
-		e->jobs[0] = (struct mm_job) {&L->w_up, L->b_up, e->h, true};
-		matmul(e, 1);
+		if (!L->w_gate.data)
+		{
+			e->jobs[0] = (struct mm_job) {&L->w_up, L->b_up, e->h, true};
+			matmul(e, 1);
+		}
+		else
+		{
+			/* nomic-bert: h = SiLU(x Wgate) * (x Wup) */
+			e->jobs[0] = (struct mm_job) {&L->w_up, L->b_up, e->h, false};
+			if (L->w_gate.qi->vec_dot_type == L->w_up.qi->vec_dot_type)
+			{
+				e->jobs[1] = (struct mm_job) {&L->w_gate, NULL, e->g, false};
+				matmul(e, 2);
+			}
+			else
+			{
+				matmul(e, 1);
+				quantize(e, e->x, &L->w_gate);
+				e->jobs[0] = (struct mm_job) {&L->w_gate, NULL, e->g, false};
+				matmul(e, 1);
+			}
+			run(e, PH_SWIGLU);
+		}
 		quantize(e, e->h, &L->w_down);
 		e->jobs[0] = (struct mm_job) {&L->w_down, L->b_down, e->y, false};
 		matmul(e, 1);
@@ -643,13 +797,14 @@ max_act_row(const struct opus_bert *b, int n_layer)
 	for (int il = 0; il < n_layer; il++)
 	{
 		const struct opus_bert_layer *L = &b->layers[il];
-		const struct opus_wmat *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_up, &L->w_down};
+		const struct opus_wmat *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_up, &L->w_down,
+		&L->w_gate};
 
-		for (int i = 0; i < 6; i++)
+		for (int i = 0; i < 7; i++)
 		{
 			size_t		r = 0;
 
-			if (opus_qtype_row_size(ws[i]->qi->vec_dot_type, ws[i]->n_in, &r) && r > mx)
+			if (ws[i]->data && opus_qtype_row_size(ws[i]->qi->vec_dot_type, ws[i]->n_in, &r) && r > mx)
 				mx = r;
 		}
 	}
@@ -693,6 +848,27 @@ opus_encoder_create(const struct opus_model *m, int n_threads, int max_batch_tok
 	e->att = malloc(T * E * sizeof(float));
 	e->y = malloc(T * E * sizeof(float));
 	e->h = malloc(T * (size_t) hp->n_ff * sizeof(float));
+	if (e->b->layers[0].w_gate.data)
+	{
+		e->g = malloc(T * (size_t) hp->n_ff * sizeof(float));
+		if (!e->g)
+		{
+			opus_encoder_free(e);
+			return opus_error_set(err, OPUS_ERR_NOMEM, "out of memory creating an encoder");
+		}
+	}
+	if (strcmp(opus_qtype_cpu_variant(), "avx2") == 0)
+	{
+		e->swiglu = opus_fwd_swiglu_avx2;
+		e->act_q8_0 = opus_act_q8_0_avx2;
+		e->act_q8_1 = opus_act_q8_1_avx2;
+	}
+	else
+	{
+		e->swiglu = opus_fwd_swiglu_ref;
+		e->act_q8_0 = opus_act_q8_0_ref;
+		e->act_q8_1 = opus_act_q8_1_ref;
+	}
 	e->act = malloc(T * max_act_row(e->b, hp->n_layer));
 	e->scores = malloc((size_t) n_threads * (size_t) hp->n_ctx_train * sizeof(float));
 	if (!e->x || !e->q || !e->k || !e->v || !e->att || !e->y || !e->h || !e->act || !e->scores)
@@ -723,6 +899,7 @@ opus_encoder_free(struct opus_encoder *e)
 	free(e->att);
 	free(e->y);
 	free(e->h);
+	free(e->g);
 	free(e->act);
 	free(e->scores);
 	free(e);

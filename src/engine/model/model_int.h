@@ -79,6 +79,17 @@ enum opus_status opus_load_vector(const struct opus_gguf *g, const char *name,
 								  int64_t n, bool required, float *dst,
 								  bool *found, struct opus_error *err);
 
+/*
+ * forward.c's RoPE, shared with the encoder (model_bert.c): the cos/sin of
+ * every rotated pair at position pos (rope_dim / 2 of each, llama.cpp's
+ * running product), and the rotation of n_heads heads of vec in place
+ * (adjacent pairs, or NeoX halves when neox).
+ */
+void		opus_rope_table(const struct opus_model *m, int pos, float base,
+							float freq_scale, float *cs, float *sn);
+void		opus_rope_apply(float *vec, int n_heads, int head_dim, int rope_dim,
+							bool neox, const float *cs, const float *sn);
+
 /* model_bert.c: the encoder's hyperparameters and weights */
 enum opus_status opus_bert_read_hparams(const struct opus_gguf *g,
 										struct opus_hparams *hp,

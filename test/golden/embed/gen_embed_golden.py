@@ -1,32 +1,54 @@
 #!/usr/bin/env python3
-"""Embedding goldens for the BERT encoder (test/unit/test_bert.c), from
-llama.cpp through llama-cpp-python (Llama(..., embedding=True)) on the same
-GGUF file the engine loads (make model-minilm).
+"""Embedding goldens for the BERT-family encoders (test/unit/test_bert.c),
+from llama.cpp through llama-cpp-python (Llama(..., embedding=True)) on the
+same GGUF files the engine loads:
+
+  minilm        models/all-MiniLM-L6-v2.gguf (F32, make model-minilm)
+  minilm-f16    models/all-MiniLM-L6-v2-f16.gguf   } written by
+  minilm-q8_0   models/all-MiniLM-L6-v2-q8_0.gguf  } `opus_engine quantize`
+                (test/tools/make_model_variants.sh, as make golden-embed does)
+  nomic         models/nomic-bert-test.gguf, a random-weight nomic-bert
+                (test/tools/gen_nomic_model.py; WordPiece vocabulary of
+                test/golden/tokenizer/wpm-vocab.gguf)
 
 Writes next to this script:
   texts.txt      one text per line (no newlines inside; 240 texts: short
                  sentences in topic clusters, accents, CJK, emoji, code,
                  punctuation runs, long words, and 20 long texts of ~300-480
                  tokens)
-  minilm.ntok    llama.cpp's token count of each text (with [CLS] [SEP])
-  minilm.f32     the pooled embeddings, NOT normalised, n x n_embd float32
+  <vocab>.ntok   llama.cpp's token count of each text (with [CLS] [SEP]), for
+                 the vocabularies minilm (all three MiniLM files; checked
+                 equal) and nomic
+  <tag>.sha256   the SHA-256 of the model file the goldens below were made on
+  <tag>.f32      the pooled embeddings, NOT normalised, n x n_embd float32
                  little-endian
-  minilm.top5    for each of the first 40 texts (queries), the indices of its
-                 5 nearest other texts by cosine similarity
+  <tag>.top5     (MiniLM) for each of the first 40 texts (queries), the
+                 indices of its 5 nearest other texts by cosine similarity
 
-Usage: gen_embed_golden.py [model.gguf]   (default models/all-MiniLM-L6-v2.gguf)
-The tokenization goldens of the same model are test/golden/tokenizer/
+Usage (repository root):
+  gen_embed_golden.py [--models models] [--only minilm,minilm-f16,...]
+The tokenization goldens of the MiniLM vocabulary are test/golden/tokenizer/
 minilm.golden (488 strings, gen_wpm_golden.py).
 """
+import argparse
+import hashlib
 import os
 import random
-import struct
 import sys
 
 import numpy as np
 from llama_cpp import Llama
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+
+# tag: (file under --models, vocabulary tag, write top-5, context)
+MODELS = {
+    "minilm": ("all-MiniLM-L6-v2.gguf", "minilm", True, 512),
+    "minilm-f16": ("all-MiniLM-L6-v2-f16.gguf", "minilm", True, 512),
+    "minilm-q8_0": ("all-MiniLM-L6-v2-q8_0.gguf", "minilm", True, 512),
+    # the small test vocabulary splits many words into pieces: up to ~800 tokens
+    "nomic": ("nomic-bert-test.gguf", "nomic", False, 2048),
+}
 
 TOPICS = {
     "database": ["PostgreSQL", "an index", "the query planner", "a B-tree", "the write-ahead log",
@@ -112,28 +134,53 @@ def corpus():
     return texts
 
 
-def main():
-    model = sys.argv[1] if len(sys.argv) > 1 else "models/all-MiniLM-L6-v2.gguf"
-    llm = Llama(model_path=model, embedding=True, n_ctx=512, n_batch=512, n_ubatch=512,
+def sha256(path):
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def run_model(tag, path, vocab, top5, n_ctx, texts, ntoks):
+    llm = Llama(model_path=path, embedding=True, n_ctx=n_ctx, n_batch=n_ctx, n_ubatch=n_ctx,
                 verbose=False)
-    texts = corpus()
     ntok = [len(llm.tokenize(t.encode(), add_bos=True, special=False)) for t in texts]
-    assert max(ntok) <= 512, max(ntok)
+    assert max(ntok) <= n_ctx, max(ntok)
+    if vocab in ntoks:
+        assert ntoks[vocab] == ntok, f"{tag}: token counts differ from {vocab}'s"
+    ntoks[vocab] = ntok
     embs = np.array([llm.embed(t, normalize=False) for t in texts], dtype=np.float32)
-    unit = embs / np.linalg.norm(embs, axis=1, keepdims=True)
-    sim = unit @ unit.T
+    embs.astype("<f4").tofile(os.path.join(HERE, f"{tag}.f32"))
+    with open(os.path.join(HERE, f"{tag}.sha256"), "w") as f:
+        f.write(sha256(path) + "\n")
+    if top5:
+        unit = embs / np.linalg.norm(embs, axis=1, keepdims=True)
+        sim = unit @ unit.T
+        with open(os.path.join(HERE, f"{tag}.top5"), "w") as f:
+            for q in range(40):
+                s = sim[q].copy()
+                s[q] = -np.inf
+                f.write(" ".join(str(int(i)) for i in np.argsort(-s, kind="stable")[:5]) + "\n")
+    print(f"{tag}: {len(texts)} texts, {embs.shape[1]} dims, tokens {min(ntok)}..{max(ntok)}")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--models", default="models")
+    ap.add_argument("--only", default=",".join(MODELS))
+    a = ap.parse_args()
+    texts = corpus()
     with open(os.path.join(HERE, "texts.txt"), "w", encoding="utf-8") as f:
         for t in texts:
             f.write(t + "\n")
-    with open(os.path.join(HERE, "minilm.ntok"), "w") as f:
-        f.write(" ".join(map(str, ntok)) + "\n")
-    embs.astype("<f4").tofile(os.path.join(HERE, "minilm.f32"))
-    with open(os.path.join(HERE, "minilm.top5"), "w") as f:
-        for q in range(40):
-            s = sim[q].copy()
-            s[q] = -np.inf
-            f.write(" ".join(str(int(i)) for i in np.argsort(-s, kind="stable")[:5]) + "\n")
-    print(f"{len(texts)} texts, {embs.shape[1]} dims, tokens {min(ntok)}..{max(ntok)}")
+    ntoks = {}
+    for tag in a.only.split(","):
+        name, vocab, top5, n_ctx = MODELS[tag]
+        run_model(tag, os.path.join(a.models, name), vocab, top5, n_ctx, texts, ntoks)
+    for vocab, ntok in ntoks.items():
+        with open(os.path.join(HERE, f"{vocab}.ntok"), "w") as f:
+            f.write(" ".join(map(str, ntok)) + "\n")
 
 
 if __name__ == "__main__":
