@@ -62,8 +62,10 @@ SELECT try($$SELECT opus_chat(big_message, max_tokens => 1) FROM absurd$$) AS me
 SELECT try($$SELECT opus_chat_completion(big_message, max_tokens => 1) FROM absurd$$) AS chat_completion_10mb;
 SELECT try($$SELECT opus_submit_chat(big_message, max_tokens => 1) FROM absurd$$) AS submit_chat_10mb;
 SELECT try($$SELECT opus_chat(nested_content, max_tokens => 1) FROM absurd$$) AS nested_content;
--- (unknown keys are ignored, however deep)
+-- (other members reach the template; one nested 5,000 deep is refused, not a crash;
+-- a shallow one is served)
 SELECT sqlstate_of($$SELECT opus_chat(nested_extra, max_tokens => 1, temperature => 0) FROM absurd$$) AS nested_extra_key;
+SELECT sqlstate_of($$SELECT opus_chat('[{"role": "user", "content": "hi", "extra": {"a": [1, {"b": 2}]}}]', max_tokens => 1, temperature => 0)$$) AS shallow_extra_key;
 SELECT try($$SELECT * FROM opus_chat_many(ARRAY[(SELECT big_message FROM absurd)], max_tokens => 1)$$) AS chat_many_10mb;
 SELECT try($$SELECT * FROM opus_generate_keyed((SELECT jsonb_build_array(jsonb_build_object('key', 1, 'prompt', big_prompt)) FROM absurd), max_tokens => 1)$$) AS keyed_10mb;
 -- options out of range
