@@ -91,13 +91,23 @@ build/test_golden_logits: test/unit/test_golden_logits.c $(ENGINE_OBJS) test/uni
 build/test_bert: test/unit/test_bert.c $(ENGINE_OBJS) test/unit/unit.h
 	$(ENGINE_CC) $(ENGINE_CFLAGS_BASE) -iquote test/unit $(ENGINE_OPT) $< $(ENGINE_OBJS) -o $@ $(ENGINE_LIBS)
 
+# Gemma 3 270M (Q4_K_M, fetched by make model-gemma3, SHA-checked) against
+# llama.cpp's goldens (test/golden/gemma3), optimised: tokenization, top-1 at
+# llama.cpp margin >= 0.5, greedy text.
+build/test_gemma3: test/unit/test_gemma3.c $(ENGINE_OBJS) test/unit/unit.h
+	$(ENGINE_CC) $(ENGINE_CFLAGS_BASE) -iquote test/unit $(ENGINE_OPT) $< $(ENGINE_OBJS) -o $@ $(ENGINE_LIBS)
+
+.PHONY: golden-gemma3
+golden-gemma3: build/test_gemma3 $(GEMMA3_MODEL)
+	OPUS_GEMMA3_MODEL=$(abspath $(GEMMA3_MODEL)) build/test_gemma3
+
 # The tokenizer goldens (test/golden/tokenizer: minilm.golden, 488 strings
 # tokenized by llama.cpp on all-MiniLM-L6-v2), optimised, for golden-embed.
 build/test_tokenizer: test/unit/test_tokenizer.c $(ENGINE_OBJS) test/unit/unit.h
 	$(ENGINE_CC) $(ENGINE_CFLAGS_BASE) -iquote test/unit $(ENGINE_OPT) $< $(ENGINE_OBJS) -o $@ $(ENGINE_LIBS)
 
 .PHONY: golden golden-embed
-golden: build/test_golden_logits build/opus_engine $(DEFAULT_MODEL) golden-embed
+golden: build/test_golden_logits build/opus_engine $(DEFAULT_MODEL) golden-embed golden-gemma3
 	test/tools/make_model_variants.sh
 	OPUS_MODEL=$(abspath $(DEFAULT_MODEL)) OPUS_GOLDEN_TYPES=all build/test_golden_logits
 	python3 test/golden/grammar/check_grammar_golden.py build/opus_engine $(abspath $(DEFAULT_MODEL))
