@@ -15,7 +15,7 @@
 # tokens) and 200 long ones (about 400 tokens).  Each side loads the model
 # once per round (sql: once for the whole run), then embeds all texts of a
 # workload in one call (the engine packs inputs into forward passes of up
-# to 4,096 tokens, and the SQL path's model is declared with the same
+# to 1,024 tokens, its default, and the SQL path's model is declared with the same
 # max_batch_tokens; llama.cpp batches across inputs up to n_batch = 512
 # tokens, its default: a larger batch costs it more, as every token of a
 # batch attends over the whole batch under a mask); only that call is timed
@@ -61,7 +61,8 @@ cleanup() {
 	fi
 	rm -rf "$tmp"
 }
-trap cleanup EXIT INT TERM
+trap cleanup EXIT
+trap 'exit 1' INT TERM
 python3 test/bench/bench_embed.py texts "$tmp" "$N_SHORT" "$N_LONG"
 
 # ---- the SQL path: a throwaway cluster serving MODEL as "bench" ----------
@@ -80,7 +81,7 @@ opus.threads = $THREADS
 opus.max_requests = 256
 opus.max_async_requests_per_role = 192
 opus.engine_path = '$repo/$ENGINE'
-opus.models = 'bench=$tmp/model.gguf;threads=$THREADS;max_batch_tokens=4096'
+opus.models = 'bench=$tmp/model.gguf;threads=$THREADS;max_batch_tokens=1024'
 opus.log_requests = off
 EOF
 	as_pg "'$bindir/pg_ctl' -D '$tmp/data' -l '$tmp/log' -w start" >/dev/null
