@@ -1883,6 +1883,7 @@ opus_quant_register_avx2(struct opus_qtype_info *t)
 		opus_quant_register_tile(opus_q5_K_vec_dot_tiled_avx2, q5_K_tiled_tile_avx512);
 		opus_quant_register_tile(q6_K_vec_dot_avx2, q6_K_tile_avx512);
 		opus_quant_register_tile(opus_q6_K_vec_dot_tiled_avx2, q6_K_tiled_tile_avx512);
+		opus_quant_register_tile(q5_0_vec_dot_avx2, q5_0_tile_avx512);
 	}
 	else
 	{
@@ -1890,5 +1891,6 @@ opus_quant_register_avx2(struct opus_qtype_info *t)
 		opus_quant_register_tile(opus_q5_K_vec_dot_tiled_avx2, q5_K_tiled_tile_avx2);
 		opus_quant_register_tile(q6_K_vec_dot_avx2, q6_K_tile_avx2);
 		opus_quant_register_tile(opus_q6_K_vec_dot_tiled_avx2, q6_K_tiled_tile_avx2);
+		opus_quant_register_tile(q5_0_vec_dot_avx2, q5_0_tile_avx2);
 	}
 }

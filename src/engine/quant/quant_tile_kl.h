@@ -325,6 +325,45 @@ TL_NAME(q4_K_row) (int64_t n, const opus_block_q4_K *a, int C, const uint8_t *x,
 	}
 }
 
+/*
+ * Q5_0 row w times tokens x .. x + (C - 1) * xst (Q8_0), C <= 8:
+ * out[t * ld] = q5_0_vec_dot_avx2 of the row and token t.  Each block's
+ * quants are unpacked once (q5_values) and every token runs q5_0_dot's
+ * integer steps against them (the same 8 lanes, each over the same
+ * products) and the one-row kernel's float step, so the bits are vec_dot's.
+ * (bool unused: Q5_0 has one order.)
+ */
+static inline __attribute__((always_inline)) void
+TL_NAME(q5_0_row) (int64_t n, const opus_block_q5_0 *a, int C, const uint8_t *x, size_t xst,
+				   float *out, int ld, bool unused)
+{
+	const __m256i k16 = _mm256_set1_epi8(16);
+	const __m256i one = _mm256_set1_epi16(1);
+	__m256		acc[8];
+
+	(void) unused;
+	for (int t = 0; t < C; t++)
+		acc[t] = _mm256_setzero_ps();
+	for (int64_t i = 0; i < n / OPUS_QK32; i++)
+	{
+		__m256i		q = q5_values(a[i].qs, a[i].qh);
+		float		wd = f16(a[i].d);
+
+		_mm_prefetch((const char *) (a + i) + 512, _MM_HINT_T0);
+		for (int t = 0; t < C; t++)
+		{
+			const opus_block_q8_0 *b = (const opus_block_q8_0 *) (x + (size_t) t * xst) + i;
+			__m256i		y = load256(b->qs);
+			__m256i		p = _mm256_sub_epi16(_mm256_maddubs_epi16(q, y), _mm256_maddubs_epi16(k16, y));
+
+			acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(wd * f16(b->d)),
+									 _mm256_cvtepi32_ps(_mm256_madd_epi16(p, one)), acc[t]);
+		}
+	}
+	for (int t = 0; t < C; t++)
+		out[(size_t) t * ld] = hsum_ps(acc[t]);
+}
+
 /* any rows and tokens: each row against groups of up to 8 tokens */
 #define TL_TILE(type, suffix, tiled) \
 static void \
@@ -343,6 +382,7 @@ TL_TILE(q6_K, tile, false)
 TL_TILE(q6_K, tiled_tile, true)
 TL_TILE(q5_K, tile, false)
 TL_TILE(q5_K, tiled_tile, true)
+TL_TILE(q5_0, tile, false)
 #ifdef TL_Q4_K					/* where Q4_K has no better tile (quant_avx2.c) */
 TL_TILE(q4_K, tile, false)
 TL_TILE(q4_K, gemv_tile, true)
