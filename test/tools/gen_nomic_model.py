@@ -40,6 +40,8 @@ import sys
 import numpy as np
 import gguf
 
+from gen_moe_model import field_value  # the reader-field helper, same directory
+
 SEED = 19
 N_EMBD = 128
 N_LAYER = 2
@@ -49,20 +51,6 @@ CTX = 2048
 ROPE_BASE = 1000.0
 NORM_EPS = 1e-12
 VOCAB_SRC = os.path.join("test", "golden", "tokenizer", "wpm-vocab.gguf")
-
-
-def field_value(f):
-    """A reader field as a Python value (scalars, strings, arrays)."""
-    t = f.types[0]
-    if t == gguf.GGUFValueType.ARRAY:
-        sub = f.types[1]
-        if sub == gguf.GGUFValueType.STRING:
-            return [bytes(f.parts[i]).decode("utf-8", errors="surrogateescape")
-                    for i in f.data]
-        return [f.parts[i][0].item() for i in f.data]
-    if t == gguf.GGUFValueType.STRING:
-        return bytes(f.parts[f.data[0]]).decode("utf-8")
-    return f.parts[f.data[0]][0].item()
 
 
 def copy_tokenizer(w, src):
