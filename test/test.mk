@@ -157,7 +157,7 @@ FUZZ_SRCS_tokenizer := src/engine/text/tokenizer.c src/engine/text/tok_encode.c 
 FUZZ_SRCS_protocol := $(SHARED_SRCS)
 FUZZ_SRCS_chat := src/engine/text/chat.c src/engine/base/status.c
 FUZZ_SRCS_jinja := $(wildcard src/engine/text/jinja_*.c) src/engine/base/status.c
-FUZZ_SRCS_gbnf := src/engine/text/grammar.c src/engine/text/grammar_parse.c src/engine/base/status.c
+FUZZ_SRCS_gbnf := src/engine/text/grammar.c src/engine/text/grammar_mask.c src/engine/text/grammar_parse.c src/engine/base/status.c
 FUZZ_SRCS_jsonschema := src/engine/text/json_schema.c src/engine/text/json_schema_read.c src/engine/text/json_schema_emit.c src/engine/text/regex_gbnf.c src/engine/base/status.c
 FUZZ_SRCS_regex := src/engine/text/regex_gbnf.c src/engine/base/status.c
 # the whole engine but the type table and kernels, AVX2 paths included

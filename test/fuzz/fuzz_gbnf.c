@@ -1,6 +1,6 @@
 /*
  * fuzz_gbnf.c - libFuzzer target for the GBNF parser and automaton
- * (src/engine/text/grammar.c).
+ * (src/engine/text/grammar.c, grammar_mask.c).
  *
  * Input layout: the bytes up to the first NUL are a grammar; the bytes after
  * it, if any, are fed to the compiled automaton in chunks of 1..4 bytes

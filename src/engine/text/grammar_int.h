@@ -1,8 +1,9 @@
 /*
  * grammar_int.h - what the grammar compiler's files share: the compiled
  * form of a grammar (struct opus_grammar, its element array) and the
- * entries of its mask cache.  Only grammar_parse.c (which builds it) and
- * grammar.c (the automaton and the masks that run over it) include it.
+ * entries of its mask cache, and the automaton's stack sets and states.
+ * Only grammar_parse.c (which builds the compiled form), grammar.c (the
+ * automaton) and grammar_mask.c (the masks that run over it) include it.
  *
  * Compiled form (the design of llama.cpp's llama-grammar, written anew):
  * every rule is a run of elements in one array g->el; a rule is its
@@ -59,7 +60,7 @@ struct opus_grammar
 	struct mask_entry *masks;
 	int			n_masks;
 	uint64_t	mask_tick;
-	/* frame classes (grammar.c, "Frame classes"), also under mask_mu */
+	/* frame classes (grammar_mask.c, "Frame classes"), also under mask_mu */
 	struct class_entry *classes;	/* [CLASS_CACHE_MAX] */
 	int			n_classes;
 	int32_t    *class_tab;		/* open addressing: index + 1; 0 empty */
@@ -99,6 +100,71 @@ struct mask_entry
 	int32_t		n_allowed;
 	uint64_t	last_use;
 };
+
+/*
+ * A set of stacks, flat: stack i is data[off[i] .. off[i+1]), top last.
+ * Built through gram_sset_add, which keeps them unique (hash table of indexes).
+ * Canonical form (sset_sort): stacks sorted, for hashing and interning.
+ */
+struct sset
+{
+	uint32_t   *data;
+	size_t		n_data,
+				cap_data;
+	uint32_t   *off;			/* n + 1 entries */
+	uint32_t	n,
+				cap;
+	uint32_t   *tab;			/* indexes + 1; 0 empty */
+	uint32_t	tab_cap;		/* power of two */
+	bool		overflow;		/* more than OPUS_GRAMMAR_MAX_STACKS or NOMEM */
+};
+
+/* Work list for expansion: a LIFO of stacks, flat. */
+struct work
+{
+	uint32_t   *data;
+	size_t		n_data,
+				cap_data;
+	uint32_t   *lens;
+	size_t		n,
+				cap;
+	uint32_t   *tmp;
+	size_t		cap_tmp;
+};
+
+struct opus_grammar_state
+{
+	const opus_grammar *g;
+	struct sset st;
+	uint32_t	partial;		/* bits of the code point so far */
+	uint8_t		remain;			/* continuation bytes still expected */
+	uint8_t		partial_len;	/* bytes seen of the current code point */
+	bool		failed;
+	/* scratch */
+	struct sset next;
+	struct work w;
+};
+
+/*
+ * The automaton's pieces the masks (grammar_mask.c) run over; defined in
+ * grammar.c.
+ */
+void		gram_sset_clear(struct sset *s);
+void		gram_sset_destroy(struct sset *s);
+void		gram_sset_add(struct sset *s, const uint32_t *st, uint32_t len);
+void		gram_work_destroy(struct work *w);
+/* Advance set in by code point cp into out (cleared first). */
+void		gram_advance_cp(const opus_grammar *g, struct work *w,
+							const struct sset *in, uint32_t cp, struct sset *out);
+/* Some stack of in may match a code point that begins with the partial bytes. */
+bool		gram_partial_ok(const opus_grammar *g, const struct sset *in,
+							uint32_t partial, uint8_t remain, uint8_t plen);
+/*
+ * The UTF-8 decoder step: 1 with *cp set when a code point is complete, 0
+ * when more bytes are needed, -1 on invalid UTF-8.
+ */
+int			gram_utf8_step(uint32_t *partial, uint8_t *remain, uint8_t *plen,
+						   uint8_t b, uint32_t *cp);
 
 static inline bool
 is_end(const struct el *e)
