@@ -5,13 +5,18 @@
  * (split UTF-8); masks over a small vocabulary against brute force; the
  * cached masks (frame classes) against the plain walk of the whole state,
  * bit for bit, along random paths of JSON Schema grammars and others, from
- * several threads at once, and past the class cache's capacity.
+ * several threads at once, and past the class cache's capacity; the
+ * scheduler's masks during the forward pass (runtime/masker.h: a helper
+ * thread, the rest over a thread pool) against the same walk.
  */
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "unit.h"
+#include "base/threadpool.h"
+#include "runtime/masker.h"
 #include "text/grammar.h"
 #include "text/json_schema.h"
 
@@ -461,6 +466,73 @@ thread_masks(void *p)
 	return NULL;
 }
 
+/*
+ * The masker (the scheduler's path) on the saved texts, each replayed on a
+ * freshly compiled copy of gbnf (cold caches, filled concurrently by the
+ * helper and the pool), against ref (the plain walk).  mode 0: finish right
+ * after start (helper and pool race for the masks); 1: finish after the
+ * caller spun a while (the helper takes most or all); 2: overlap off (all
+ * over the pool).  Masks start as garbage, so an unwritten one shows.
+ */
+static void
+masker_check(const char *gbnf, const struct cvocab *cv, char **saved, int n_saved,
+			 const uint32_t *ref, int mode, int threads)
+{
+	opus_grammar *g = opus_grammar_compile(gbnf, strlen(gbnf), NULL);
+	int32_t		words = (cv->n + 31) / 32;
+	uint32_t   *out = malloc((size_t) n_saved * words * sizeof(uint32_t));
+	opus_grammar_state *st[256];
+	const opus_grammar_state *cst[256];
+	uint32_t   *mp[256];
+	struct opus_masker *mk = NULL;
+	struct opus_pool *pool = NULL;
+	int			by_helper;
+
+	CHECK(g && out, "masker check %d: setup", mode);
+	CHECK(opus_masker_create(&mk, NULL) == OPUS_OK, "masker created");
+	CHECK(opus_pool_create(threads, &pool, NULL) == OPUS_OK, "pool created");
+	if (!g || !out || !mk || !pool)
+		goto done;
+	memset(out, 0xA5, (size_t) n_saved * words * sizeof(uint32_t));
+	for (int k = 0; k < n_saved; k++)
+	{
+		st[k] = opus_grammar_state_new(g);
+		opus_grammar_accept_bytes(st[k], (const uint8_t *) saved[k], strlen(saved[k]));
+		cst[k] = st[k];
+		mp[k] = out + (size_t) k * words;
+	}
+	opus_masker_start(mk, cv->v, cst, mp, n_saved, mode != 2);
+	if (mode == 1)
+	{
+		struct timespec t0,
+					t1;
+
+		/* the caller's "forward pass": 50 ms of its own work */
+		clock_gettime(CLOCK_MONOTONIC, &t0);
+		do
+			clock_gettime(CLOCK_MONOTONIC, &t1);
+		while ((t1.tv_sec - t0.tv_sec) * 1000 + (t1.tv_nsec - t0.tv_nsec) / 1000000 < 50);
+	}
+	by_helper = opus_masker_finish(mk, pool);
+	CHECK(memcmp(out, ref, (size_t) n_saved * words * sizeof(uint32_t)) == 0,
+		  "masker mode %d, %d threads: masks differ from the walk", mode, threads);
+	CHECK(by_helper >= 0 && by_helper <= n_saved && (mode != 2 || by_helper == 0),
+		  "masker mode %d: the helper computed %d of %d", mode, by_helper, n_saved);
+	/* the same masker and states again: a second job, now warm */
+	memset(out, 0xA5, (size_t) n_saved * words * sizeof(uint32_t));
+	opus_masker_start(mk, cv->v, cst, mp, n_saved, true);
+	opus_masker_finish(mk, pool);
+	CHECK(memcmp(out, ref, (size_t) n_saved * words * sizeof(uint32_t)) == 0,
+		  "masker mode %d, second job: masks differ from the walk", mode);
+	for (int k = 0; k < n_saved; k++)
+		opus_grammar_state_free(st[k]);
+done:
+	opus_masker_free(mk);
+	opus_pool_free(pool);
+	free(out);
+	opus_grammar_free(g);
+}
+
 static void
 test_class_masks(void)
 {
@@ -548,6 +620,10 @@ test_class_masks(void)
 			}
 			for (int k = 0; k < n_saved; k++)
 				opus_grammar_state_free(st[k]);
+			/* the scheduler's path: a helper during other work, then a pool */
+			for (int mode = 0; mode < 3; mode++)
+				masker_check(gbnf, &cv, saved, n_saved, ref, mode, mode == 0 ? 3 : 2);
+			masker_check(gbnf, &cv, saved, n_saved, ref, 0, 1);
 			free(ref);
 			opus_grammar_free(g2);
 		}

@@ -22,6 +22,7 @@
 #include "base/threadpool.h"
 #include "model/kv.h"
 #include "runtime/constrain.h"
+#include "runtime/masker.h"
 #include "text/grammar.h"
 
 struct sched_req
@@ -55,6 +56,7 @@ struct sched_req
 	opus_grammar *grammar;		/* a cache reference, or NULL */
 	opus_grammar_state *gstate;
 	uint32_t   *gmask;			/* this step's allowed tokens */
+	bool		gmask_ok;		/* gmask is gstate's (cleared when it advances) */
 
 	int			n_stop;
 	char	   *stop[OPUS_MAX_STOP];	/* into stop_buf */
@@ -114,6 +116,11 @@ struct opus_sched
 
 	struct opus_constrain *cons;	/* grammar vocabulary, built at the first grammar */
 	struct sched_req **greqs;	/* [max_batch] this step's constrained rows */
+	const opus_grammar_state **gstates; /* [max_batch] their states, */
+	uint32_t  **gmasks;			/* [max_batch] and masks (the masker's job) */
+	int			n_greqs;		/* rows of the open masker job, 0 none */
+	struct opus_masker *masker; /* started with the first grammar */
+	bool		mask_overlap;	/* masks during the forward pass (default) */
 
 	struct sched_tenant *tenants;	/* never shrinks; one per tenant id seen */
 	int			n_tenants;

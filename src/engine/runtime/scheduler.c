@@ -140,6 +140,7 @@ opus_sched_create(struct opus_ctx *ctx, opus_event_fn cb, void *user,
 	s->starve_ms = OPUS_SCHED_STARVE_MS;
 	s->fair_credit = OPUS_SCHED_FAIR_CREDIT;
 	s->step_target_ms = 0.0;
+	s->mask_overlap = true;
 	s->cb = cb;
 	s->user = user;
 	s->cap_piece = 256;
@@ -191,6 +192,9 @@ opus_sched_free(struct opus_sched *s)
 	free(s->items);
 	free(s->item_req);
 	free(s->greqs);
+	free(s->gstates);
+	free(s->gmasks);
+	opus_masker_free(s->masker);
 	opus_constrain_free(s->cons);
 	free(s->match);
 	free(s->logits);
@@ -365,11 +369,18 @@ setup_grammar(struct opus_sched *s, struct sched_req *r,
 		if (st != OPUS_OK)
 			return st;
 	}
-	if (!s->greqs)
+	if (!s->masker)
 	{
+		enum opus_status st;
+
 		s->greqs = calloc((size_t) s->max_batch, sizeof(*s->greqs));
-		if (!s->greqs)
+		s->gstates = calloc((size_t) s->max_batch, sizeof(*s->gstates));
+		s->gmasks = calloc((size_t) s->max_batch, sizeof(*s->gmasks));
+		if (!s->greqs || !s->gstates || !s->gmasks)
 			return opus_error_set(err, OPUS_ERR_NOMEM, "out of memory for a grammar");
+		st = opus_masker_create(&s->masker, err);
+		if (st != OPUS_OK)
+			return st;
 	}
 	r->grammar = opus_grammar_get(p->grammar, p->grammar_len, &gerr);
 	if (!r->grammar)
@@ -537,6 +548,12 @@ void
 opus_sched_set_fair_credit(struct opus_sched *s, double credit)
 {
 	s->fair_credit = credit > 0.0 ? credit : 0.0;
+}
+
+void
+opus_sched_set_mask_overlap(struct opus_sched *s, bool on)
+{
+	s->mask_overlap = on;
 }
 
 void
@@ -761,57 +778,49 @@ assign_logits(struct opus_sched *s, int n_items, int rows)
 }
 
 /*
- * The allowed-token masks of this step's constrained rows, shared out over
- * the forward pass's thread pool (each mask is independent and read-only on
- * its state, so the result does not depend on which thread does which).
+ * The allowed-token masks of the batch's constrained rows that lack their
+ * state's mask, handed to the masker: computed by its helper thread while
+ * the forward pass runs (unless s->mask_overlap is off), the rest over the
+ * thread pool in masks_finish.  The states do not change before the
+ * sampling that follows masks_finish.
  */
-struct mask_job
-{
-	struct opus_sched *s;
-	int			n;
-	struct opus_pool_counter next;
-};
-
 static void
-mask_worker(void *arg, int ith, int nth)
+masks_start(struct opus_sched *s, int n_items)
 {
-	struct mask_job *j = arg;
+	int			n = 0;
 
-	(void) ith;
-	(void) nth;
-	for (;;)
-	{
-		int			k = atomic_fetch_add(&j->next.next, 1);
-		struct sched_req *r;
-
-		if (k >= j->n)
-			break;
-		r = j->s->greqs[k];
-		opus_grammar_mask(r->gstate, j->s->cons->vocab, r->gmask);
-	}
-}
-
-static void
-compute_masks(struct opus_sched *s, int n_items)
-{
-	struct mask_job j = {.s = s};
-
-	if (!s->cons)
+	if (!s->masker || s->n_greqs > 0)
 		return;
 	for (int i = 0; i < n_items; i++)
 	{
 		struct sched_req *r = s->item_req[i];
 
-		if (r->logits && !r->finished && r->gstate)
-			s->greqs[j.n++] = r;
+		if (r->logits && !r->finished && r->gstate && !r->gmask_ok)
+		{
+			s->greqs[n] = r;
+			s->gstates[n] = r->gstate;
+			s->gmasks[n] = r->gmask;
+			n++;
+		}
 	}
-	if (j.n == 0)
+	if (n == 0)
 		return;
-	atomic_init(&j.next.next, 0);
-	if (j.n > 1 && opus_ctx_pool(s->ctx))
-		opus_pool_run(opus_ctx_pool(s->ctx), mask_worker, &j);
-	else
-		mask_worker(&j, 0, 1);
+	s->n_greqs = n;
+	opus_masker_start(s->masker, s->cons->vocab, s->gstates, s->gmasks, n,
+					  s->mask_overlap);
+}
+
+/* Every mask of the open job complete (before any request is freed). */
+static void
+masks_finish(struct opus_sched *s)
+{
+	if (s->n_greqs == 0)
+		return;
+	s->stats.masks_overlapped += opus_masker_finish(s->masker, opus_ctx_pool(s->ctx));
+	s->stats.masks += s->n_greqs;
+	for (int k = 0; k < s->n_greqs; k++)
+		s->greqs[k]->gmask_ok = true;
+	s->n_greqs = 0;
 }
 
 enum opus_status
@@ -843,15 +852,19 @@ opus_sched_step(struct opus_sched *s, struct opus_error *err)
 		if (!assign_logits(s, n_items, rows))
 			return opus_error_set(err, OPUS_ERR_NOMEM,
 								  "out of memory for %d logits rows", rows);
+		masks_start(s, n_items);
 		t_step = now_ms();
 		st = opus_forward(s->ctx, s->items, n_items, &ferr);
 		t_step = now_ms() - t_step;
 		if (st != OPUS_ERR_CAPACITY)
 			break;
+		/* the batch changes: what was started is kept, the rest starts anew */
+		masks_finish(s);
 		/* the pool ran out: preempt, unless a single sequence is left */
 		if (s->n_run <= 1 || !sched_preempt_one(s, NULL))
 			break;
 	}
+	masks_finish(s);
 	if (st != OPUS_OK)
 	{
 		/* fail what was in the batch; the engine itself goes on */
@@ -908,8 +921,6 @@ opus_sched_step(struct opus_sched *s, struct opus_error *err)
 	s->stats.tokens_decode += n_decode;
 	s->stats.batch_size = n_items;
 
-	compute_masks(s, n_items);
-
 	/* sample, in admission order; only the request's own RNG and row */
 	for (int i = 0; i < n_items; i++)
 	{
@@ -932,6 +943,7 @@ opus_sched_step(struct opus_sched *s, struct opus_error *err)
 		}
 		tok = opus_sampler_sample(r->sampler, r->logits, r->tokens, r->n_tokens);
 		r->logits = NULL;
+		r->gmask_ok = false;
 		if (r->gstate && !opus_constrain_accept(s->cons, r->gstate, tok))
 		{
 			struct opus_error e;

@@ -155,6 +155,14 @@ void		opus_sched_set_step_target(struct opus_sched *s, double ms);
  */
 void		opus_sched_set_fair_credit(struct opus_sched *s, double credit);
 
+/*
+ * Grammar masks during the forward pass (on, the default): a helper thread
+ * computes the step's masks while the forward pass runs, and what it has
+ * not reached when the pass ends is shared over the thread pool.  Off: all
+ * over the thread pool after the pass.  The masks are the same either way.
+ */
+void		opus_sched_set_mask_overlap(struct opus_sched *s, bool on);
+
 /* Requests queued or running. */
 int			opus_sched_n_active(const struct opus_sched *s);
 
@@ -173,6 +181,8 @@ struct opus_sched_stats
 	int64_t		prefix_query_tokens;
 	int64_t		preemptions;
 	int64_t		fair_preemptions;	/* of them, for a less-served tenant of the same class */
+	int64_t		masks;			/* grammar masks computed */
+	int64_t		masks_overlapped;	/* of them, during the forward pass */
 };
 void		opus_sched_get_stats(const struct opus_sched *s,
 								 struct opus_sched_stats *out);
