@@ -33,16 +33,20 @@ CREATE FUNCTION @extschema@.opus_generate_on(
     seed bigint DEFAULT NULL,
     stop text[] DEFAULT NULL,
     model text DEFAULT NULL,
-    fallback boolean DEFAULT NULL)
+    fallback boolean DEFAULT NULL,
+    response_format jsonb DEFAULT NULL,
+    grammar text DEFAULT NULL,
+    regex text DEFAULT NULL,
+    choices text[] DEFAULT NULL)
 RETURNS text
 LANGUAGE plproxy
 AS $$
     CLUSTER 'opus_cluster';
     RUN ON pg_catalog.hashtext(key);
-    SELECT opus_generate($2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14);
+    SELECT opus_generate($2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18);
 $$;
 
-COMMENT ON FUNCTION @extschema@.opus_generate_on(text, text, integer, double precision, double precision, integer, double precision, double precision, double precision, double precision, bigint, text[], text, boolean)
+COMMENT ON FUNCTION @extschema@.opus_generate_on(text, text, integer, double precision, double precision, integer, double precision, double precision, double precision, double precision, bigint, text[], text, boolean, jsonb, text, text, text[])
 IS 'opus_generate on the node that owns key (PL/Proxy RUN ON hashtext(key)); options as opus_generate';
 
 CREATE FUNCTION @extschema@.opus_chat_on(
@@ -59,16 +63,21 @@ CREATE FUNCTION @extschema@.opus_chat_on(
     seed bigint DEFAULT NULL,
     stop text[] DEFAULT NULL,
     model text DEFAULT NULL,
-    fallback boolean DEFAULT NULL)
+    fallback boolean DEFAULT NULL,
+    tools jsonb DEFAULT NULL,
+    response_format jsonb DEFAULT NULL,
+    grammar text DEFAULT NULL,
+    regex text DEFAULT NULL,
+    choices text[] DEFAULT NULL)
 RETURNS text
 LANGUAGE plproxy
 AS $$
     CLUSTER 'opus_cluster';
     RUN ON pg_catalog.hashtext(key);
-    SELECT opus_chat($2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14);
+    SELECT opus_chat($2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19);
 $$;
 
-COMMENT ON FUNCTION @extschema@.opus_chat_on(text, jsonb, integer, double precision, double precision, integer, double precision, double precision, double precision, double precision, bigint, text[], text, boolean)
+COMMENT ON FUNCTION @extschema@.opus_chat_on(text, jsonb, integer, double precision, double precision, integer, double precision, double precision, double precision, double precision, bigint, text[], text, boolean, jsonb, jsonb, text, text, text[])
 IS 'opus_chat on the node that owns key (PL/Proxy RUN ON hashtext(key)); options as opus_chat';
 
 CREATE FUNCTION @extschema@.opus_generate_keyed_on(
@@ -86,7 +95,11 @@ CREATE FUNCTION @extschema@.opus_generate_keyed_on(
     stop text[] DEFAULT NULL,
     "window" integer DEFAULT NULL,
     model text DEFAULT NULL,
-    fallback boolean DEFAULT NULL)
+    fallback boolean DEFAULT NULL,
+    response_format jsonb DEFAULT NULL,
+    grammar text DEFAULT NULL,
+    regex text DEFAULT NULL,
+    choices text[] DEFAULT NULL)
 RETURNS TABLE(key text, output text, finish_reason text,
               prompt_tokens integer, completion_tokens integer)
 LANGUAGE plproxy
@@ -98,10 +111,10 @@ AS $$
     FROM opus_generate_keyed(
         (SELECT pg_catalog.jsonb_agg(pg_catalog.jsonb_build_object('key', u.k, 'prompt', u.p) ORDER BY u.n)
          FROM ROWS FROM (pg_catalog.unnest($1::text[]), pg_catalog.unnest($2::text[])) WITH ORDINALITY AS u(k, p, n)),
-        $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15) AS k;
+        $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19) AS k;
 $$;
 
-COMMENT ON FUNCTION @extschema@.opus_generate_keyed_on(text[], text[], integer, double precision, double precision, integer, double precision, double precision, double precision, double precision, bigint, text[], integer, text, boolean)
+COMMENT ON FUNCTION @extschema@.opus_generate_keyed_on(text[], text[], integer, double precision, double precision, integer, double precision, double precision, double precision, double precision, bigint, text[], integer, text, boolean, jsonb, text, text, text[])
 IS 'opus_generate_keyed over (key, prompt) pairs: each pair on the node that owns its key (PL/Proxy SPLIT), batched there; one row per pair';
 
 -- Internal: opus_generate_many on each node over its share of the items (PL/Proxy SPLIT);
@@ -122,7 +135,11 @@ CREATE FUNCTION @extschema@.opus_generate_many_split(
     stop text[],
     "window" integer,
     model text,
-    fallback boolean)
+    fallback boolean,
+    response_format jsonb,
+    grammar text,
+    regex text,
+    choices text[])
 RETURNS TABLE(ordinal integer, key text, output text, finish_reason text,
               prompt_tokens integer, completion_tokens integer)
 LANGUAGE plproxy
@@ -132,10 +149,10 @@ AS $$
     RUN ON pg_catalog.hashtext(keys);
     SELECT ($3)[g.ordinal] AS ordinal, ($1)[g.ordinal] AS key, g.output, g.finish_reason,
            g.prompt_tokens, g.completion_tokens
-    FROM opus_generate_many($2, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16) AS g;
+    FROM opus_generate_many($2, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20) AS g;
 $$;
 
-COMMENT ON FUNCTION @extschema@.opus_generate_many_split(text[], text[], integer[], integer, double precision, double precision, integer, double precision, double precision, double precision, double precision, bigint, text[], integer, text, boolean)
+COMMENT ON FUNCTION @extschema@.opus_generate_many_split(text[], text[], integer[], integer, double precision, double precision, integer, double precision, double precision, double precision, double precision, bigint, text[], integer, text, boolean, jsonb, text, text, text[])
 IS 'internal: opus_generate_many on every node over the items whose key it owns (used by opus_generate_many_on)';
 
 CREATE FUNCTION @extschema@.opus_generate_many_on(
@@ -153,7 +170,11 @@ CREATE FUNCTION @extschema@.opus_generate_many_on(
     stop text[] DEFAULT NULL,
     "window" integer DEFAULT NULL,
     model text DEFAULT NULL,
-    fallback boolean DEFAULT NULL)
+    fallback boolean DEFAULT NULL,
+    response_format jsonb DEFAULT NULL,
+    grammar text DEFAULT NULL,
+    regex text DEFAULT NULL,
+    choices text[] DEFAULT NULL)
 RETURNS TABLE(ordinal integer, key text, output text, finish_reason text,
               prompt_tokens integer, completion_tokens integer)
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
@@ -175,12 +196,13 @@ BEGIN
         FROM @extschema@.opus_generate_many_split(keys, prompts,
             ARRAY(SELECT pg_catalog.generate_series(1, pg_catalog.cardinality(keys))),
             max_tokens, temperature, top_p, top_k, min_p, presence_penalty, frequency_penalty,
-            repetition_penalty, seed, stop, "window", model, fallback) AS s
+            repetition_penalty, seed, stop, "window", model, fallback,
+            response_format, grammar, regex, choices) AS s
         ORDER BY s.ordinal;
 END
 $$;
 
-COMMENT ON FUNCTION @extschema@.opus_generate_many_on(text[], text[], integer, double precision, double precision, integer, double precision, double precision, double precision, double precision, bigint, text[], integer, text, boolean)
+COMMENT ON FUNCTION @extschema@.opus_generate_many_on(text[], text[], integer, double precision, double precision, integer, double precision, double precision, double precision, double precision, bigint, text[], integer, text, boolean, jsonb, text, text, text[])
 IS 'opus_generate_many with a key per item: each item on the node that owns its key, batched there with the node''s other items, all nodes at once; one row per item in input order; any failure raises';
 
 -- Internal: opus_chat_many on each node over its share of the items (PL/Proxy SPLIT);
@@ -201,7 +223,12 @@ CREATE FUNCTION @extschema@.opus_chat_many_split(
     stop text[],
     "window" integer,
     model text,
-    fallback boolean)
+    fallback boolean,
+    tools jsonb,
+    response_format jsonb,
+    grammar text,
+    regex text,
+    choices text[])
 RETURNS TABLE(ordinal integer, key text, output text, finish_reason text,
               prompt_tokens integer, completion_tokens integer)
 LANGUAGE plproxy
@@ -211,10 +238,10 @@ AS $$
     RUN ON pg_catalog.hashtext(keys);
     SELECT ($3)[g.ordinal] AS ordinal, ($1)[g.ordinal] AS key, g.output, g.finish_reason,
            g.prompt_tokens, g.completion_tokens
-    FROM opus_chat_many($2, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16) AS g;
+    FROM opus_chat_many($2, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21) AS g;
 $$;
 
-COMMENT ON FUNCTION @extschema@.opus_chat_many_split(text[], jsonb[], integer[], integer, double precision, double precision, integer, double precision, double precision, double precision, double precision, bigint, text[], integer, text, boolean)
+COMMENT ON FUNCTION @extschema@.opus_chat_many_split(text[], jsonb[], integer[], integer, double precision, double precision, integer, double precision, double precision, double precision, double precision, bigint, text[], integer, text, boolean, jsonb, jsonb, text, text, text[])
 IS 'internal: opus_chat_many on every node over the items whose key it owns (used by opus_chat_many_on)';
 
 CREATE FUNCTION @extschema@.opus_chat_many_on(
@@ -232,7 +259,12 @@ CREATE FUNCTION @extschema@.opus_chat_many_on(
     stop text[] DEFAULT NULL,
     "window" integer DEFAULT NULL,
     model text DEFAULT NULL,
-    fallback boolean DEFAULT NULL)
+    fallback boolean DEFAULT NULL,
+    tools jsonb DEFAULT NULL,
+    response_format jsonb DEFAULT NULL,
+    grammar text DEFAULT NULL,
+    regex text DEFAULT NULL,
+    choices text[] DEFAULT NULL)
 RETURNS TABLE(ordinal integer, key text, output text, finish_reason text,
               prompt_tokens integer, completion_tokens integer)
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
@@ -254,12 +286,13 @@ BEGIN
         FROM @extschema@.opus_chat_many_split(keys, conversations,
             ARRAY(SELECT pg_catalog.generate_series(1, pg_catalog.cardinality(keys))),
             max_tokens, temperature, top_p, top_k, min_p, presence_penalty, frequency_penalty,
-            repetition_penalty, seed, stop, "window", model, fallback) AS s
+            repetition_penalty, seed, stop, "window", model, fallback,
+            tools, response_format, grammar, regex, choices) AS s
         ORDER BY s.ordinal;
 END
 $$;
 
-COMMENT ON FUNCTION @extschema@.opus_chat_many_on(text[], jsonb[], integer, double precision, double precision, integer, double precision, double precision, double precision, double precision, bigint, text[], integer, text, boolean)
+COMMENT ON FUNCTION @extschema@.opus_chat_many_on(text[], jsonb[], integer, double precision, double precision, integer, double precision, double precision, double precision, double precision, bigint, text[], integer, text, boolean, jsonb, jsonb, text, text, text[])
 IS 'opus_chat_many with a key per item: each item on the node that owns its key, batched there with the node''s other items, all nodes at once; one row per item in input order; any failure raises';
 
 -- Asynchronous requests routed by key --------------------------------------------
@@ -282,16 +315,20 @@ CREATE FUNCTION @extschema@.opus_submit_on(
     stop text[] DEFAULT NULL,
     detached boolean DEFAULT true,
     model text DEFAULT NULL,
-    fallback boolean DEFAULT NULL)
+    fallback boolean DEFAULT NULL,
+    response_format jsonb DEFAULT NULL,
+    grammar text DEFAULT NULL,
+    regex text DEFAULT NULL,
+    choices text[] DEFAULT NULL)
 RETURNS bigint
 LANGUAGE plproxy
 AS $$
     CLUSTER 'opus_cluster';
     RUN ON pg_catalog.hashtext(key);
-    SELECT opus_submit($2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15);
+    SELECT opus_submit($2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19);
 $$;
 
-COMMENT ON FUNCTION @extschema@.opus_submit_on(text, text, integer, double precision, double precision, integer, double precision, double precision, double precision, double precision, bigint, text[], boolean, text, boolean)
+COMMENT ON FUNCTION @extschema@.opus_submit_on(text, text, integer, double precision, double precision, integer, double precision, double precision, double precision, double precision, bigint, text[], boolean, text, boolean, jsonb, text, text, text[])
 IS 'opus_submit on the node that owns key; the id is that node''s: read it with opus_result_on(key, id)';
 
 CREATE FUNCTION @extschema@.opus_submit_chat_on(
@@ -309,16 +346,21 @@ CREATE FUNCTION @extschema@.opus_submit_chat_on(
     stop text[] DEFAULT NULL,
     detached boolean DEFAULT true,
     model text DEFAULT NULL,
-    fallback boolean DEFAULT NULL)
+    fallback boolean DEFAULT NULL,
+    tools jsonb DEFAULT NULL,
+    response_format jsonb DEFAULT NULL,
+    grammar text DEFAULT NULL,
+    regex text DEFAULT NULL,
+    choices text[] DEFAULT NULL)
 RETURNS bigint
 LANGUAGE plproxy
 AS $$
     CLUSTER 'opus_cluster';
     RUN ON pg_catalog.hashtext(key);
-    SELECT opus_submit_chat($2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15);
+    SELECT opus_submit_chat($2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20);
 $$;
 
-COMMENT ON FUNCTION @extschema@.opus_submit_chat_on(text, jsonb, integer, double precision, double precision, integer, double precision, double precision, double precision, double precision, bigint, text[], boolean, text, boolean)
+COMMENT ON FUNCTION @extschema@.opus_submit_chat_on(text, jsonb, integer, double precision, double precision, integer, double precision, double precision, double precision, double precision, bigint, text[], boolean, text, boolean, jsonb, jsonb, text, text, text[])
 IS 'opus_submit_chat on the node that owns key; the id is that node''s: read it with opus_result_on(key, id)';
 
 CREATE FUNCTION @extschema@.opus_result_on(

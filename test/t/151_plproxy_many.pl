@@ -7,6 +7,9 @@
 #    one node; mismatched arrays and null keys refused, empty arrays empty;
 #  - opus_submit_on / opus_result_on / opus_cancel_on: an id is read back on
 #    the node that owns its key;
+#  - the constraint arguments (response_format, grammar, regex, choices)
+#    and tools pass through every routed call: outputs obey them, with the
+#    text a direct call gives; a bad constraint is the node's 22023;
 #  - opus_cluster_job_create takes every argument opus_job_create takes
 #    (source_query, prompt_expression, max_attempts, retry_backoff,
 #    commit_every), and the job runs to the end on both nodes; the view
@@ -104,7 +107,47 @@ is($proxy->safe_psql('postgres', "SELECT opus_cancel_on('$ka', $id_c)"), 't', 'o
 is($nodes[0]->safe_psql('postgres', "SELECT count(*) FROM opus_async WHERE id = $id_c AND state <> 'cancelled'"),
 	'0', 'the request is gone on its node');
 
-# 5. A cluster job with every argument of opus_job_create.
+# 5. Constraints and tools pass through every routed call.
+my $choice = q{choices => '{yes,no}', max_tokens => 4, temperature => 0};
+my ($k0) = grep { owner($_) == 0 } map { "c$_" } (1 .. 20);
+my ($k1) = grep { owner($_) == 1 } map { "c$_" } (1 .. 20);
+my $hi = q{'[{"role": "user", "content": "Is the sky blue?"}]'};
+is($proxy->safe_psql('postgres', "SELECT opus_generate_on('$k0', 'Is the sky blue? Answer:', $choice)"),
+	$nodes[1]->safe_psql('postgres', "SELECT opus_generate('Is the sky blue? Answer:', $choice)"),
+	'opus_generate_on passes choices: the text of a direct call');
+like($proxy->safe_psql('postgres', "SELECT opus_generate_on('$k1', 'Is the sky blue? Answer:', $choice)"),
+	qr/^(yes|no)$/, 'opus_generate_on with choices: one of the labels');
+like($proxy->safe_psql('postgres', qq{SELECT opus_chat_on('$k0', $hi, regex => '[0-9]{2}', max_tokens => 4, temperature => 0,
+	tools => '[{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]')}),
+	qr/^[0-9]{2}$/, 'opus_chat_on passes regex (and tools)');
+is($proxy->safe_psql('postgres', q{
+	SELECT count(*) FILTER (WHERE output IN ('yes', 'no')), count(DISTINCT pg_catalog.hashtext(key) & 1)
+	FROM opus_generate_keyed_on(ARRAY(SELECT 'c' || g FROM generate_series(1, 6) g),
+		ARRAY(SELECT 'Is ' || g || ' even? Answer:' FROM generate_series(1, 6) g),
+		choices => '{yes,no}', max_tokens => 4, temperature => 0)}),
+	'6|2', 'opus_generate_keyed_on passes choices, on both nodes');
+is($proxy->safe_psql('postgres', q{
+	SELECT count(*) FILTER (WHERE CASE WHEN finish_reason = 'length' THEN true ELSE jsonb_typeof(output::jsonb) = 'object' END)
+	FROM opus_generate_many_on(ARRAY(SELECT 'j' || g FROM generate_series(1, 4) g),
+		ARRAY(SELECT 'A JSON object about item ' || g || ':' FROM generate_series(1, 4) g),
+		response_format => '{"type": "json_object"}', max_tokens => 24, temperature => 0)}),
+	'4', 'opus_generate_many_on passes response_format: every output is a JSON object (or cut at max_tokens)');
+is($proxy->safe_psql('postgres', qq{
+	SELECT string_agg(output, ',' ORDER BY ordinal)
+	FROM opus_chat_many_on('{a,b}', ARRAY[${hi}::jsonb, ${hi}::jsonb], grammar => 'root ::= "ja" | "nein"',
+		max_tokens => 4, temperature => 0)}),
+	join(',', ($nodes[0]->safe_psql('postgres', qq{SELECT opus_chat($hi, grammar => 'root ::= "ja" | "nein"', max_tokens => 4, temperature => 0)})) x 2),
+	'opus_chat_many_on passes grammar: the text of a direct call');
+my $id_g = $proxy->safe_psql('postgres', qq{SELECT opus_submit_on('$k1', 'Is the sky blue? Answer:', $choice)});
+like($proxy->safe_psql('postgres', "SELECT opus_result_on('$k1', $id_g)"), qr/^(yes|no)$/,
+	'opus_submit_on passes choices');
+my $id_h = $proxy->safe_psql('postgres', qq{SELECT opus_submit_chat_on('$k0', $hi, regex => '[A-Z]{3}', max_tokens => 4, temperature => 0)});
+like($proxy->safe_psql('postgres', "SELECT opus_result_on('$k0', $id_h)"), qr/^[A-Z]{3}$/,
+	'opus_submit_chat_on passes regex');
+is((psql_state($proxy, qq{SELECT opus_generate_on('$k0', 'x', regex => 'a', choices => '{a}')}))[3], '22023',
+	'two constraint kinds through the proxy: the node\'s 22023');
+
+# 6. A cluster job with every argument of opus_job_create.
 $proxy->safe_psql('postgres', q{
 	SELECT count(*) FROM opus_cluster_job_create('q', source_query => 'SELECT id, body FROM docs WHERE id <= 30',
 		key_columns => '{id}', prompt_expression => $$'Item ' || s.id || ':'$$, target_table => 'q_out',
