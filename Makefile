@@ -9,7 +9,7 @@
 
 EXTENSION = opus_pg opus_pg_proxy
 MODULE_big = opus_pg
-OBJS = $(patsubst %.c,%.o,$(sort $(wildcard src/pg/*.c))) src/params.o src/protocol.o \
+OBJS = $(patsubst %.c,%.o,$(sort $(wildcard src/pg/*.c))) src/params.o src/protocol.o src/model_decl.o \
 	$(OPUS_PG_ENGINE_OBJS)
 # The engine's plain-C constraint converters and grammar compiler, so that a
 # bad constraint is refused before it is queued (src/pg/structured.c).

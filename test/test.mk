@@ -144,7 +144,7 @@ FUZZ_SECONDS ?= 60
 FUZZ_RSS_MB ?= 2048
 FUZZ_MALLOC_MB ?= 512
 FUZZ_NICE ?= nice -n 19
-FUZZ_TARGETS ?= gguf tokenizer protocol chat model jinja gbnf jsonschema regex
+FUZZ_TARGETS ?= gguf tokenizer protocol chat model jinja gbnf jsonschema regex modeldecl
 FUZZ_ARGS ?=
 FUZZ_CFLAGS := -g -O1 -std=gnu11 -D_GNU_SOURCE -iquote src/engine -iquote src \
 	-fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
@@ -160,6 +160,9 @@ FUZZ_SRCS_jinja := $(wildcard src/engine/text/jinja_*.c) src/engine/base/status.
 FUZZ_SRCS_gbnf := src/engine/text/grammar.c src/engine/text/grammar_mask.c src/engine/text/grammar_parse.c src/engine/base/status.c
 FUZZ_SRCS_jsonschema := src/engine/text/json_schema.c src/engine/text/json_schema_read.c src/engine/text/json_schema_emit.c src/engine/text/regex_gbnf.c src/engine/base/status.c
 FUZZ_SRCS_regex := src/engine/text/regex_gbnf.c src/engine/base/status.c
+# the opus.models parser: plain C the extension links (not in the engine objects)
+FUZZ_SRCS_modeldecl := src/model_decl.c
+FUZZ_REPLAY_SRCS_modeldecl := src/model_decl.c
 # the whole engine but the type table and kernels, AVX2 paths included
 # (matmul_avx2.c's VNNI kernels need gcc's per-function target attributes)
 FUZZ_SRCS_model := $(filter-out src/engine/quant/qtype.c src/engine/quant/quant_ref.c src/engine/quant/quant_avx2.c \
@@ -175,6 +178,7 @@ FUZZ_MAXLEN_jinja := 16384
 FUZZ_MAXLEN_gbnf := 4096
 FUZZ_MAXLEN_jsonschema := 16384
 FUZZ_MAXLEN_regex := 4096
+FUZZ_MAXLEN_modeldecl := 8192
 FUZZ_MAXLEN_model := 262144
 FUZZ_MODEL_ENV = $(if $(wildcard $(DEFAULT_MODEL)),OPUS_MODEL=$(abspath $(DEFAULT_MODEL)))
 
@@ -182,9 +186,9 @@ build/fuzz/fuzz_%: test/fuzz/fuzz_%.c $(ENGINE_HDRS) $(FUZZ_GCC_OBJS) build/engi
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(FUZZ_CFLAGS) $(FUZZ_FLAGS_$*) $< $(FUZZ_SRCS_$*) $(FUZZ_GCC_OBJS) $(FUZZ_LIBS_$*) -lm -lpthread -o $@
 
-build/fuzz-replay/fuzz_%: test/fuzz/fuzz_%.c test/fuzz/replay_main.c $(ENGINE_SAN_OBJS)
+build/fuzz-replay/fuzz_%: test/fuzz/fuzz_%.c test/fuzz/replay_main.c $(ENGINE_SAN_OBJS) src/model_decl.c src/model_decl.h
 	@mkdir -p $(dir $@)
-	$(ENGINE_CC) $(ENGINE_CFLAGS_BASE) $(ENGINE_SAN) $< test/fuzz/replay_main.c $(ENGINE_SAN_OBJS) -o $@ $(ENGINE_LIBS)
+	$(ENGINE_CC) $(ENGINE_CFLAGS_BASE) $(ENGINE_SAN) $< test/fuzz/replay_main.c $(FUZZ_REPLAY_SRCS_$*) $(ENGINE_SAN_OBJS) -o $@ $(ENGINE_LIBS)
 
 .PHONY: fuzz fuzz-build fuzz-regress
 fuzz-build: $(addprefix build/fuzz/fuzz_,$(FUZZ_TARGETS))

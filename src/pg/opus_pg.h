@@ -18,6 +18,7 @@
 #include "utils/jsonb.h"
 #include "utils/timestamp.h"
 
+#include "model_decl.h"
 #include "protocol.h"
 
 /* ---- settings (settings.c) ---- */
@@ -143,11 +144,7 @@ typedef enum OpusEngineState
 	OPUS_ENGINE_FAILED			/* cannot start (model / binary); retried with backoff */
 } OpusEngineState;
 
-/* Models served at once: the default (entry 0) and opus.models entries. */
-#define OPUS_MAX_MODELS			8
-#define OPUS_MODEL_NAME_LEN		64
-/* An embedding model's query / document prefix (opus.models), NUL included. */
-#define OPUS_EMBED_PREFIX_LEN	64
+/* OPUS_MAX_MODELS, OPUS_MODEL_NAME_LEN, OPUS_EMBED_PREFIX_LEN: model_decl.h */
 
 /* Warm-up prompts of a swap (opus_model_swap's canaries argument). */
 #define OPUS_MAX_CANARIES		4
@@ -257,25 +254,7 @@ OpusModel(int i)
 
 /* ---- models (models.c) ---- */
 
-/* One declared model, as opus.models says (parsed by OpusParseModels). */
-typedef struct OpusModelDecl
-{
-	char		name[OPUS_MODEL_NAME_LEN];
-	char		setting[OPUS_PROTO_PATH_LEN];	/* path or installed name */
-	char		device[OPUS_PROTO_SHORT_LEN];	/* "" = opus.device */
-	char		role[NAMEDATALEN];	/* "" = everyone */
-	char		fallback[OPUS_MODEL_NAME_LEN];	/* "" = none */
-	int			max_ttft_ms;	/* 0 = no objective */
-	int			threads;		/* 0 = a share of the cores */
-	int			kv_cache_size_mb;	/* 0 = opus.kv_cache_size */
-	int			kv_cache_type;	/* -1 = opus.kv_cache_type */
-	int			max_batch_tokens;	/* 0 = opus.max_batch_tokens */
-	char		query_prefix[OPUS_EMBED_PREFIX_LEN];	/* "" = none */
-	char		document_prefix[OPUS_EMBED_PREFIX_LEN]; /* "" = none */
-} OpusModelDecl;
-
-extern bool OpusParseModels(const char *value, OpusModelDecl *out, int *n_out,
-							char *err, size_t errlen);
+/* OpusModelDecl, OpusParseModels, opus_model_name_valid: model_decl.h */
 extern void OpusDefineModelSettings(bool preloading);
 extern int	OpusLookupModel(const char *name, uint32 *epoch, char *display, size_t displen);
 extern bool OpusResolveModelPath(const char *setting, char *out, size_t outlen);

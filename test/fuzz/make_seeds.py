@@ -317,3 +317,30 @@ for name, rx in [("email", "[a-z0-9._]+@[a-z]+\\.(com|org|net)"), ("phone", "^\\
     put("regex", name, rx)
 put("regex", "choices", "yes\0no\0maybe")
 put("regex", "choices-dup", "a\0b\0a")
+
+# --- modeldecl: opus.models values (docs/models.md), accepted and refused
+os.makedirs(os.path.join(C, "modeldecl"), exist_ok=True)
+for name, value in [
+        ("one", "small=smollm2"),
+        ("two", "a=/models/a.gguf;threads=2;kv_cache_size=64, b=b.gguf;device=cuda:0;kv_cache_type=q8_0"),
+        ("fallback", "big=big.gguf;fallback=small;max_ttft=500, small=small.gguf"),
+        ("fallback-default", "big=big.gguf;fallback=default;max_ttft=1"),
+        ("embed", "emb=minilm;query_prefix='search_query: ';document_prefix='search_document: ';role=app"),
+        ("all", "m=x;device=auto;threads=1024;kv_cache_size=1;kv_cache_type=f16;max_batch_tokens=65536;role=r"),
+        ("trailing-comma", "a=x,"),
+        ("empty-item", "a=x,,b=y"),
+        ("dup", "a=x, a=y"),
+        ("default", "default=x"),
+        ("upper", "Big=x"),
+        ("no-path", "a=;threads=2"),
+        ("self-fallback", "a=x;fallback=a;max_ttft=5"),
+        ("ttft-alone", "a=x;max_ttft=5"),
+        ("unknown", "a=x;colour=blue"),
+        ("bad-int", "a=x;threads=2x"),
+        ("overflow", "a=x;kv_cache_size=99999999999999999999"),
+        ("nine", ",".join("m%d=x" % i for i in range(9))),
+        ("long-name", "a" * 70 + "=x"),
+        ("long-path", "a=" + "p" * 1100),
+        ("quote-inside", "a=x;query_prefix='it''s'"),
+]:
+    put("modeldecl", name, value)
