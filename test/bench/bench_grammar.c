@@ -7,6 +7,12 @@
  *       print the GBNF grammar the JSON Schema becomes (the same text goes
  *       to llama.cpp) and, on stderr, the time to convert and compile it.
  *
+ *   bench_grammar --compile DIR SCHEMA.json...
+ *       for each schema: its size, the GBNF's, and the medians of 5 runs of
+ *       the conversion to GBNF and of the compile (opus_grammar_compile,
+ *       no cache), one line each; the GBNF is written to DIR/N.gbnf (N the
+ *       schema's place on the command line, from 1) for llama.cpp's side.
+ *
  *   bench_grammar MODEL SCHEMA.json [-t THREADS] [-g GEN] [-r ROUNDS] [-b 1,16]
  *       for each batch size N: N requests (distinct prompts, greedy, GEN
  *       tokens at most) run to the end, once unconstrained (ignore_eos, so
@@ -16,7 +22,12 @@
  *       prompt work and the lengths of the outputs do not weigh in.
  *       Prints per N the median of ROUNDS rounds of each, the ratio, and
  *       the first constrained round alone (cold: the grammar's mask cache
- *       empty) next to the median (warm).
+ *       empty) next to the median (warm).  The constrained runs go twice:
+ *       with the masks computed during the forward pass (the default,
+ *       runtime/masker.h) and after it over the thread pool
+ *       (opus_sched_set_mask_overlap off); the share of masks the helper
+ *       computed during the pass is printed too, and the step time spent
+ *       on masks after the pass (microseconds per step, both ways).
  *
  * Every constrained output is checked against the grammar (the bench stops
  * if one is not a valid prefix or, finished, not a whole string).
@@ -120,7 +131,7 @@ median(double *v, int n)
  */
 static double
 run(struct opus_model *m, int threads, int n, int gen, const char *gbnf,
-	double *mean_gen)
+	bool overlap, double *mean_gen, double *helper_share, double *wait_us)
 {
 	const struct opus_tokenizer *tok = opus_model_tokenizer(m);
 	struct opus_ctx_params cp = {0};
@@ -143,6 +154,7 @@ run(struct opus_model *m, int threads, int n, int gen, const char *gbnf,
 		fprintf(stderr, "create: %s\n", err.msg);
 		exit(1);
 	}
+	opus_sched_set_mask_overlap(s, overlap);
 	n_done = 0;
 	for (int i = 0; i < n; i++)
 	{
@@ -193,6 +205,10 @@ run(struct opus_model *m, int threads, int n, int gen, const char *gbnf,
 		}
 	}
 	opus_sched_get_stats(s, &st);
+	if (helper_share)
+		*helper_share = st.masks > 0 ? (double) st.masks_overlapped / (double) st.masks : 0;
+	if (wait_us)
+		*wait_us = st.steps > 0 ? st.masks_wait_ms * 1e3 / (double) st.steps : 0;
 	opus_sched_free(s);
 	opus_ctx_free(c);
 	for (int i = 0; i < n; i++)
@@ -286,6 +302,73 @@ mask_replay(struct opus_model *m, const char *gbnf, const char *text, double *us
 	opus_grammar_free(g);
 }
 
+/* --compile: one line per schema (see the header). */
+static int
+compile_times(const char *dir, int n, char **files)
+{
+	for (int i = 0; i < n; i++)
+	{
+		size_t		len = 0;
+		char	   *schema = read_all(files[i], &len);
+		double		conv[5],
+					comp[5];
+		size_t		gbnf_len = 0,
+					elems = 0;
+		char		path[4096];
+		FILE	   *f;
+
+		if (!schema)
+		{
+			fprintf(stderr, "cannot read %s\n", files[i]);
+			return 1;
+		}
+		for (int r = 0; r < 5; r++)
+		{
+			char	   *gbnf = NULL;
+			struct opus_error err = {0};
+			struct opus_grammar_error gerr;
+			opus_grammar *g;
+			double		t0 = now_s(),
+						t1,
+						t2;
+
+			if (opus_json_schema_to_gbnf(schema, len, &gbnf, &err) != OPUS_OK)
+			{
+				fprintf(stderr, "%s: %s\n", files[i], err.msg);
+				return 1;
+			}
+			t1 = now_s();
+			g = opus_grammar_compile(gbnf, strlen(gbnf), &gerr);
+			t2 = now_s();
+			if (!g)
+			{
+				fprintf(stderr, "%s: compile: %s\n", files[i], gerr.msg);
+				return 1;
+			}
+			conv[r] = (t1 - t0) * 1e3;
+			comp[r] = (t2 - t1) * 1e3;
+			gbnf_len = strlen(gbnf);
+			elems = opus_grammar_size(g);
+			if (r == 0)
+			{
+				snprintf(path, sizeof(path), "%s/%d.gbnf", dir, i + 1);
+				f = fopen(path, "w");
+				if (!f || fwrite(gbnf, 1, gbnf_len, f) != gbnf_len || fclose(f) != 0)
+				{
+					fprintf(stderr, "cannot write %s\n", path);
+					return 1;
+				}
+			}
+			opus_grammar_free(g);
+			free(gbnf);
+		}
+		printf("%d %zu %zu %zu %.3f %.3f\n", i + 1, len, gbnf_len, elems,
+			   median(conv, 5), median(comp, 5));
+		free(schema);
+	}
+	return 0;
+}
+
 int
 main(int argc, char **argv)
 {
@@ -304,6 +387,8 @@ main(int argc, char **argv)
 	opus_grammar *g;
 	struct opus_grammar_error gerr;
 
+	if (argc >= 3 && strcmp(argv[1], "--compile") == 0)
+		return compile_times(argv[2], argc - 3, argv + 3);
 	if (argc == 3 && strcmp(argv[1], "--gbnf") == 0)
 	{
 		schema = read_all(argv[2], &schema_len);
@@ -365,13 +450,17 @@ main(int argc, char **argv)
 		fprintf(stderr, "load: %s\n", err.msg);
 		return 1;
 	}
-	printf("%-6s %12s %12s %8s %12s %10s %10s\n", "batch", "free tok/s", "json tok/s",
-		   "ratio", "json cold", "free gen", "json gen");
+	printf("%-6s %12s %12s %8s %12s %10s %10s %12s %8s %10s %10s\n", "batch", "free tok/s", "json tok/s",
+		   "ratio", "json cold", "free gen", "json gen", "json after", "helper", "wait us", "after us");
 	for (const char *lp = levels; *lp;)
 	{
 		int			n = atoi(lp);
 		double		fr[64],
-					co[64];
+					co[64],
+					sq[64],
+					hs[64],
+					wo[64],
+					wa[64];
 		double		cold = 0,
 					gen_free = 0,
 					gen_json = 0;
@@ -383,25 +472,33 @@ main(int argc, char **argv)
 		}
 		for (int r = 0; r < rounds; r++)
 		{
-			if (r % 2 == 0)
+			/* the three in a rotating order: each goes first once in 3 rounds */
+			for (int k = 0; k < 3; k++)
 			{
-				fr[r] = run(m, threads, n, gen, NULL, &gen_free);
-				co[r] = run(m, threads, n, gen, gbnf, &gen_json);
+				int			which = (r + k) % 3;
+
+				if (which == 0)
+					fr[r] = run(m, threads, n, gen, NULL, true, &gen_free, NULL, NULL);
+				else if (which == 1)
+				{
+					co[r] = run(m, threads, n, gen, gbnf, true, &gen_json, &hs[r], &wo[r]);
+					if (r == 0)
+						cold = co[0];
+				}
+				else
+					sq[r] = run(m, threads, n, gen, gbnf, false, &gen_json, NULL, &wa[r]);
 			}
-			else
-			{
-				co[r] = run(m, threads, n, gen, gbnf, &gen_json);
-				fr[r] = run(m, threads, n, gen, NULL, &gen_free);
-			}
-			if (r == 0)
-				cold = co[0];
 		}
 		{
 			double		mf = median(fr, rounds),
-						mc = median(co, rounds);
+						mc = median(co, rounds),
+						ms = median(sq, rounds),
+						mh = median(hs, rounds),
+						mwo = median(wo, rounds),
+						mwa = median(wa, rounds);
 
-			printf("%-6d %12.1f %12.1f %7.0f%% %12.1f %10.1f %10.1f\n", n, mf, mc,
-				   mf > 0 ? 100.0 * mc / mf : 0, cold, gen_free, gen_json);
+			printf("%-6d %12.1f %12.1f %7.0f%% %12.1f %10.1f %10.1f %12.1f %7.0f%% %10.1f %10.1f\n", n, mf, mc,
+				   mf > 0 ? 100.0 * mc / mf : 0, cold, gen_free, gen_json, ms, 100.0 * mh, mwo, mwa);
 		}
 		fflush(stdout);
 		while (*lp && *lp != ',')

@@ -16,6 +16,10 @@ Prints one line per round and then:
 
 Usage: bench_grammar_llama.py --model FILE --grammar FILE [--threads 2]
                               [--gen-tokens 96] [--rounds 3]  (medians)
+       bench_grammar_llama.py --model FILE --compile DIR N
+           llama.cpp's parse of DIR/1.gbnf .. DIR/N.gbnf
+           (llama_sampler_init_grammar over the model's vocabulary), median
+           of 5 each: one line "I MS" per grammar (MS 0: refused).
 """
 
 import argparse
@@ -40,14 +44,40 @@ def one(llm, prompt, gen, grammar):
     return (len(times) - 1) / (times[-1] - times[0]), len(times)
 
 
+def compile_times(model, d, n):
+    llm = llama_cpp.Llama(model_path=model, vocab_only=True, verbose=False)
+    vocab = llama_cpp.llama_model_get_vocab(llm.model)
+    for i in range(1, n + 1):
+        with open("%s/%d.gbnf" % (d, i), "rb") as f:
+            text = f.read()
+        ms = []
+        for _ in range(5):
+            t0 = time.perf_counter()
+            s = llama_cpp.llama_sampler_init_grammar(vocab, text, b"root")
+            t1 = time.perf_counter()
+            if not s:
+                ms = []
+                break
+            llama_cpp.llama_sampler_free(s)
+            ms.append((t1 - t0) * 1e3)
+        print("%d %.3f" % (i, statistics.median(ms) if ms else 0.0))
+        sys.stdout.flush()
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", required=True)
-    ap.add_argument("--grammar", required=True)
+    ap.add_argument("--compile", nargs=2, metavar=("DIR", "N"))
+    ap.add_argument("--grammar")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--gen-tokens", type=int, default=96)
     ap.add_argument("--rounds", type=int, default=3)
     a = ap.parse_args()
+    if a.compile:
+        compile_times(a.model, a.compile[0], int(a.compile[1]))
+        return
+    if not a.grammar:
+        ap.error("--grammar is required")
 
     gbnf = open(a.grammar).read()
     llm = llama_cpp.Llama(model_path=a.model, n_threads=a.threads,

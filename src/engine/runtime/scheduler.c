@@ -814,9 +814,13 @@ masks_start(struct opus_sched *s, int n_items)
 static void
 masks_finish(struct opus_sched *s)
 {
+	double		t0;
+
 	if (s->n_greqs == 0)
 		return;
+	t0 = now_ms();
 	s->stats.masks_overlapped += opus_masker_finish(s->masker, opus_ctx_pool(s->ctx));
+	s->stats.masks_wait_ms += now_ms() - t0;
 	s->stats.masks += s->n_greqs;
 	for (int k = 0; k < s->n_greqs; k++)
 		s->greqs[k]->gmask_ok = true;

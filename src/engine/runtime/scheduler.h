@@ -183,6 +183,7 @@ struct opus_sched_stats
 	int64_t		fair_preemptions;	/* of them, for a less-served tenant of the same class */
 	int64_t		masks;			/* grammar masks computed */
 	int64_t		masks_overlapped;	/* of them, during the forward pass */
+	double		masks_wait_ms;	/* step time spent on masks after the pass */
 };
 void		opus_sched_get_stats(const struct opus_sched *s,
 								 struct opus_sched_stats *out);
