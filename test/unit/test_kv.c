@@ -123,14 +123,14 @@ test_cache(void)
 	a = opus_kv_alloc(&c.kv);
 	b = opus_kv_alloc(&c.kv);
 	CHECK(opus_kv_cache_find(&c.kv, h1, root, t1) == -1, "empty cache: miss");
-	CHECK(opus_kv_cache_insert(&c.kv, a, h1, root, t1, root), "publish a");
+	CHECK(opus_kv_cache_insert(&c.kv, a, h1, root, t1, root, 1), "publish a");
 	CHECK(c.kv.n_cached == 1, "one cached");
 	CHECK(opus_kv_cache_find(&c.kv, h1, root, t1) == a, "find a");
 	CHECK(opus_kv_cache_find(&c.kv, h1, root, t2) == -1, "same hash, other tokens: miss");
 	CHECK(opus_kv_cache_find(&c.kv, h1, root + 1, t1) == -1, "other parent: miss");
-	CHECK(!opus_kv_cache_insert(&c.kv, b, h1, root, t1, root), "a key is published once");
-	CHECK(!opus_kv_cache_insert(&c.kv, a, h2, root, t2, root), "a block is published once");
-	CHECK(opus_kv_cache_insert(&c.kv, b, h2, root, t2, root), "publish b");
+	CHECK(!opus_kv_cache_insert(&c.kv, b, h1, root, t1, root, 1), "a key is published once");
+	CHECK(!opus_kv_cache_insert(&c.kv, a, h2, root, t2, root, 1), "a block is published once");
+	CHECK(opus_kv_cache_insert(&c.kv, b, h2, root, t2, root, 1), "publish b");
 
 	/* unreferenced cached blocks stay findable and count as free */
 	opus_kv_unref(&c.kv, a);
@@ -186,7 +186,7 @@ test_seq_release_order(void)
 		id[i] = opus_kv_alloc(&c.kv);
 		h[i] = opus_kv_hash_block(i ? h[i - 1] : root, toks + 4 * i, 4);
 		CHECK(opus_kv_cache_insert(&c.kv, id[i], h[i], i ? h[i - 1] : root, toks + 4 * i,
-								   root),
+								   root, 1),
 			  "publish %d", i);
 		CHECK(opus_seq_append_block(&c, &s, id[i], &err) == OPUS_OK, "append %d: %s", i, err.msg);
 		opus_kv_unref(&c.kv, id[i]);	/* the sequence holds the only reference */
@@ -221,17 +221,24 @@ test_seq_release_order(void)
  * its id, or -1 if the pool had nothing to give.
  */
 static int32_t
-publish_released(struct opus_ctx *c, uint64_t root, int32_t tag)
+publish_released_w(struct opus_ctx *c, uint64_t root, int32_t tag, uint32_t weight)
 {
 	int32_t		t[4] = {tag, tag + 1, tag + 2, tag + 3};
 	int32_t		id = opus_kv_alloc(&c->kv);
 
 	if (id < 0)
 		return -1;
-	CHECK(opus_kv_cache_insert(&c->kv, id, opus_kv_hash_block(root, t, 4), root, t, root),
+	CHECK(opus_kv_cache_insert(&c->kv, id, opus_kv_hash_block(root, t, 4), root, t, root, weight),
 		  "publish tag %d", (int) tag);
 	opus_kv_unref(&c->kv, id);
 	return id;
+}
+
+/* The same with weight 1. */
+static int32_t
+publish_released(struct opus_ctx *c, uint64_t root, int32_t tag)
+{
+	return publish_released_w(c, root, tag, 1);
 }
 
 /*
@@ -331,7 +338,7 @@ test_fair_eviction(void)
 
 		held[i] = opus_kv_alloc(&c.kv);
 		CHECK(held[i] >= 0 && opus_kv_cache_insert(&c.kv, held[i], opus_kv_hash_block(rb, t, 4),
-												   rb, t, rb), "B holds block %d", i);
+												   rb, t, rb, 1), "B holds block %d", i);
 	}
 	CHECK(c.kv.n_free == 3 && opus_kv_scope_cached(&c.kv, rb) == 9, "B: 9 in use");
 	held[9] = opus_kv_alloc(&c.kv);
@@ -345,6 +352,49 @@ test_fair_eviction(void)
 		opus_kv_unref(&c.kv, held[i]);
 	CHECK(c.kv.n_free == 12 && c.kv.n_evictable == 9 && c.kv.n_cached == 9, "all back");
 	opus_kv_destroy(&c.kv);
+}
+
+/*
+ * Cache shares follow the scopes' weights.  A 12-block pool; scope A
+ * (weight 3) caches 10 blocks, then scope B (weight 1) publishes 30 blocks
+ * one after another: A is evicted only while it holds more than 3 blocks
+ * per B's one, and keeps 8 (with equal shares it keeps 5, as in
+ * test_fair_eviction; the allocating scope's new block is not yet counted
+ * when the victim is chosen, and a tie goes to the older candidate, A's).
+ * The other way round, A (weight 1) with 10 blocks against B's flood at
+ * weight 3 keeps 2.  Two scopes at weight 2 each split as at weight 1.
+ */
+static void
+test_weighted_eviction(void)
+{
+	struct opus_ctx c;
+	uint64_t	ra = opus_kv_hash_scope(opus_kv_hash_root(5, 4), 0xA),
+				rb = opus_kv_hash_scope(opus_kv_hash_root(5, 4), 0xB);
+	static const struct
+	{
+		uint32_t	wa,
+					wb;
+		int64_t		a,
+					b;
+	}			cases[] = {{3, 1, 8, 4}, {1, 3, 2, 10}, {2, 2, 5, 7}};
+
+	for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++)
+	{
+		if (!make_kv(&c, 4, 12))
+			return;
+		for (int i = 0; i < 10; i++)
+			(void) publish_released_w(&c, ra, 1000 + 10 * i, cases[k].wa);
+		for (int i = 0; i < 30; i++)
+			CHECK(publish_released_w(&c, rb, 2000 + 10 * i, cases[k].wb) >= 0,
+				  "weights %u:%u: B's block %d allocated", cases[k].wa, cases[k].wb, i);
+		CHECK(opus_kv_scope_cached(&c.kv, ra) == cases[k].a &&
+			  opus_kv_scope_cached(&c.kv, rb) == cases[k].b,
+			  "weights %u:%u: A 10 -> %lld (want %lld), B %lld (want %lld)",
+			  cases[k].wa, cases[k].wb,
+			  (long long) opus_kv_scope_cached(&c.kv, ra), (long long) cases[k].a,
+			  (long long) opus_kv_scope_cached(&c.kv, rb), (long long) cases[k].b);
+		opus_kv_destroy(&c.kv);
+	}
 }
 
 static void
@@ -399,6 +449,7 @@ main(void)
 	test_cache();
 	test_seq_release_order();
 	test_fair_eviction();
+	test_weighted_eviction();
 	test_memory();
 	test_q8_0_sizes();
 	return UNIT_DONE();

@@ -40,18 +40,21 @@
  *
  * Fair eviction across scopes.  Every cached block belongs to the scope it
  * was published under (the chain root of its request: one per role, or per
- * widened scope), and each scope keeps its own LRU list.  The victim is the
- * least recently released block of the scope that holds the most cached
- * blocks (referenced or not) among those with an evictable one; a tie goes
- * to the scope whose candidate was released first, so with one scope this
- * is plain LRU.  A scope that floods the cache with new prompts therefore
- * evicts its own blocks once it holds more than another scope, and takes
- * another scope's only while that one holds at least as many: every scope
- * keeps its cached blocks up to an equal share of what is cached (max-min
- * fairness, no setting).  The one exception is a pool whose only evictable
- * blocks are another scope's (the flooder's are all in use by its running
- * sequences): the pool is work-conserving, so they go rather than the
- * running sequence being preempted.  The victim search scans the scope
+ * widened scope), and each scope keeps its own LRU list and a weight (the
+ * fair-share weight of the role whose request published into it last).
+ * The victim is the least recently released block of the scope that holds
+ * the most cached blocks (referenced or not) per unit of weight among those
+ * with an evictable one; a tie goes to the scope whose candidate was
+ * released first, so with one scope this is plain LRU.  A scope that floods
+ * the cache with new prompts therefore evicts its own blocks once it holds
+ * more than its weight's part, and takes another scope's only while that
+ * one holds at least as much per unit of weight: every scope keeps its
+ * cached blocks up to a share of what is cached proportional to its weight
+ * (weighted max-min fairness; equal weights, equal shares).  The one
+ * exception is a pool whose only evictable blocks are another scope's (the
+ * flooder's are all in use by its running sequences): the pool is
+ * work-conserving, so they go rather than the running sequence being
+ * preempted.  The victim search scans the scope
  * slots ever used (at most the number of scopes that had blocks cached at
  * once), which is small next to a step's forward pass.
  *
@@ -246,6 +249,7 @@ scope_slot(struct opus_kv *kv, uint64_t key)
 		unused = kv->n_scopes++;
 	}
 	kv->scopes[unused].key = key;
+	kv->scopes[unused].weight = 1;
 	kv->scopes[unused].n_evictable = 0;
 	kv->scopes[unused].lru_head = kv->scopes[unused].lru_tail = -1;
 	return unused;
@@ -299,8 +303,10 @@ lru_append(struct opus_kv *kv, int32_t id)
 
 /*
  * The block to evict: the least recently released evictable block of the
- * scope with the most cached blocks among those that have one (ties: the
- * earliest released candidate); -1 if nothing is evictable.
+ * scope with the most cached blocks per unit of weight among those that
+ * have one (ties: the earliest released candidate); -1 if nothing is
+ * evictable.  The ratios are compared cross-multiplied, exactly (counts
+ * below 2^40, weights at most 2^20).
  */
 static int32_t
 eviction_victim(const struct opus_kv *kv)
@@ -313,8 +319,18 @@ eviction_victim(const struct opus_kv *kv)
 
 		if (sc->n_evictable == 0)
 			continue;
-		if (!best || sc->n_cached > best->n_cached ||
-			(sc->n_cached == best->n_cached &&
+		int64_t		mine,
+					theirs;
+
+		if (!best)
+		{
+			best = sc;
+			continue;
+		}
+		mine = sc->n_cached * (int64_t) best->weight;
+		theirs = best->n_cached * (int64_t) sc->weight;
+		if (mine > theirs ||
+			(mine == theirs &&
 			 kv->meta[sc->lru_head].released < kv->meta[best->lru_head].released))
 			best = sc;
 	}
@@ -357,7 +373,8 @@ opus_kv_cache_find(const struct opus_kv *kv, uint64_t hash, uint64_t parent,
 
 bool
 opus_kv_cache_insert(struct opus_kv *kv, int32_t id, uint64_t hash,
-					 uint64_t parent, const int32_t *tokens, uint64_t scope)
+					 uint64_t parent, const int32_t *tokens, uint64_t scope,
+					 uint32_t weight)
 {
 	struct opus_kv_meta *m = &kv->meta[id];
 	int32_t    *head;
@@ -371,6 +388,8 @@ opus_kv_cache_insert(struct opus_kv *kv, int32_t id, uint64_t hash,
 		return false;
 	m->scope = slot;
 	kv->scopes[slot].n_cached++;
+	kv->scopes[slot].weight = weight < 1 ? 1 : weight > OPUS_KV_MAX_SCOPE_WEIGHT ?
+		OPUS_KV_MAX_SCOPE_WEIGHT : weight;
 	m->hash = hash;
 	m->parent = parent;
 	memcpy(kv->block_tokens + (size_t) id * kv->block_size, tokens,

@@ -31,6 +31,9 @@ struct opus_kv_meta
 	bool		cached;			/* in the hash table */
 };
 
+/* Bound on a scope's eviction weight (larger ones are clamped to it). */
+#define OPUS_KV_MAX_SCOPE_WEIGHT (1u << 20)
+
 /*
  * A prefix-cache scope that has blocks in the table (kv.c's header gives
  * the eviction rule).  A slot with n_cached 0 is unused.
@@ -38,6 +41,7 @@ struct opus_kv_meta
 struct opus_kv_scope
 {
 	uint64_t	key;			/* the scope's chain root (opus_kv_hash_scope) */
+	uint32_t	weight;			/* its share's weight, 1..OPUS_KV_MAX_SCOPE_WEIGHT */
 	int64_t		n_cached;		/* its blocks in the table */
 	int64_t		n_evictable;	/* of those, unreferenced */
 	int32_t		lru_head;		/* its unreferenced cached blocks, least recent first */
@@ -84,8 +88,9 @@ size_t		opus_kv_head_bytes(const struct opus_hparams *hp, int block_size,
 							   enum opus_kv_type type);
 /*
  * Take a block (refcount 1): from the free stack, else by evicting an
- * unreferenced cached block (of the scope holding the most cached blocks,
- * its least recently released one: kv.c's header); -1 if neither exists.
+ * unreferenced cached block (of the scope holding the most cached blocks
+ * per unit of weight, its least recently released one: kv.c's header); -1
+ * if neither exists.
  */
 int32_t		opus_kv_alloc(struct opus_kv *kv);
 /* Add a reference (an unreferenced cached block stops being evictable). */
@@ -111,12 +116,13 @@ int32_t		opus_kv_cache_find(const struct opus_kv *kv, uint64_t hash,
 /*
  * Publish the full, referenced block id under (hash, parent, tokens) for
  * the scope whose chain root is scope (its share of the cache is counted by
- * that key).  False (nothing changes) if that key is cached already or id
- * is cached.
+ * that key), and set that scope's weight (0 counts as 1): its share of the
+ * cache under eviction is proportional to it.  False (nothing changes) if
+ * that key is cached already or id is cached.
  */
 bool		opus_kv_cache_insert(struct opus_kv *kv, int32_t id, uint64_t hash,
 								 uint64_t parent, const int32_t *tokens,
-								 uint64_t scope);
+								 uint64_t scope, uint32_t weight);
 /* Cached blocks of the scope with chain root scope (0 if it has none). */
 int64_t		opus_kv_scope_cached(const struct opus_kv *kv, uint64_t scope);
 /*

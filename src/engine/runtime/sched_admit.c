@@ -127,8 +127,9 @@ sched_admit(struct opus_sched *s, int qi, int32_t n_match)
 /*
  * Publish r's blocks that have become full since the last call in the
  * prefix cache, under r's scope (its chain root: the scope's share of the
- * cache is counted by it).  A block whose key is cached already (the same
- * prefix computed by another sequence in the same step) stays private.
+ * cache is counted by it), with its tenant's fair-share weight as the
+ * scope's weight.  A block whose key is cached already (the same prefix
+ * computed by another sequence in the same step) stays private.
  */
 void
 sched_publish_blocks(struct opus_sched *s, struct sched_req *r)
@@ -143,7 +144,8 @@ sched_publish_blocks(struct opus_sched *s, struct sched_req *r)
 		uint64_t	parent = i == 0 ? r->root : r->hashes[i - 1];
 
 		(void) opus_kv_cache_insert(opus_ctx_kv(s->ctx), r->seq.blocks[i], r->hashes[i], parent,
-									r->tokens + (size_t) i * s->block_size, r->root);
+									r->tokens + (size_t) i * s->block_size, r->root,
+									s->tenants[r->tenant].weight);
 	}
 	if (full > r->n_published)
 		r->n_published = full;
