@@ -403,6 +403,8 @@ test_shapes(void)
 		false, false, 1, 2, OPUS_CHAT__COUNT},
 		{"tiny-moe", "q6_k", "1", "2", 256, 2, 4, 2, 256, 320, 4, 2, 10000.0f,
 		false, false, 1, 2, OPUS_CHAT__COUNT},
+		{"micro", "q8_0", "1", "1", 64, 1, 4, 2, 128, 320, 0, 0, 10000.0f,
+		false, false, 1, 2, OPUS_CHAT_CHATML},
 	};
 
 	for (size_t i = 0; i < sizeof(ex) / sizeof(ex[0]); i++)

@@ -100,6 +100,9 @@ struct shape
 static const struct shape shapes[] = {
 	{"tiny", "test model", 256, 2, 4, 2, 512, 320, 2048, 0, 0,
 	10000.0f, 1e-5f, false, false, TOK_CHATML},
+	/* a forward pass that costs next to nothing (set-based and protocol tests) */
+	{"micro", "test model, smallest", 64, 1, 4, 2, 128, 320, 2048, 0, 0,
+	10000.0f, 1e-5f, false, false, TOK_CHATML},
 	{"tiny-moe", "test MoE model", 256, 2, 4, 2, 256, 320, 2048, 4, 2,
 	10000.0f, 1e-5f, false, false, TOK_MISTRAL},
 	{"smollm2-135m", "SmolLM2 135M shapes", 576, 30, 9, 3, 1536, 49152, 8192, 0, 0,
@@ -120,7 +123,7 @@ usage(FILE *f)
 			"\n"
 			"Write a GGUF model with random weights and real model shapes.\n"
 			"\n"
-			"  --shape NAME      tiny, tiny-moe, smollm2-135m, llama3-8b, mixtral-moe\n"
+			"  --shape NAME      tiny, micro, tiny-moe, smollm2-135m, llama3-8b, mixtral-moe\n"
 			"  --type TYPE       weight type: f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1\n"
 			"                    q4_k q5_k q6_k (norms are f32; K-quants fall back to\n"
 			"                    q5_0/q5_1/q8_0 on rows not a multiple of 256)\n"

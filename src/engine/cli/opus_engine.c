@@ -20,7 +20,7 @@ usage(FILE *f)
 			"  embed     --model FILE [--threads N] (--input FILE | TEXT...) (encoder models)\n"
 			"  quantize  IN.gguf OUT.gguf TYPE\n"
 			"  genmodel  --shape NAME --type TYPE --out FILE [--seed S] [--layers N]\n"
-			"            (random weights, real shapes: tiny tiny-moe smollm2-135m llama3-8b mixtral-moe)\n"
+			"            (random weights, real shapes: tiny micro tiny-moe smollm2-135m llama3-8b mixtral-moe)\n"
 			"  logits    --model FILE ... (test and golden tooling)\n"
 			"  serve     --fd N (started by the opus_pg supervisor)\n"
 			"\n"
