@@ -199,8 +199,8 @@ OpusDefineSettings(void)
 								0,
 								NULL, NULL, NULL);
 		DefineCustomIntVariable("opus.step_latency_target",
-								"Step time the engine aims for while requests are generating: prompt chunks are cut to fit it.",
-								"At the measured cost per token; at least one KV block of prompt per step. 0 = only opus.max_batch_tokens bounds prompt chunks.",
+								"Step time the engine aims for: prompt chunks are cut to fit it, so running requests get their tokens and new ones start within about this long.",
+								"At the step time measured for each step size; a prompt alone gets at least one KV block per step, one behind generating requests at least one every other step. 0 = only opus.max_batch_tokens bounds prompt chunks.",
 								&opus_step_latency_target_ms,
 								250, 0, 600000,
 								PGC_POSTMASTER,

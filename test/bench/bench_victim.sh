@@ -19,15 +19,18 @@
 #               opus.engine_liveness_timeout)
 #
 # For each: the victim's CALLS calls one after the other, end-to-end latency
-# p50 / p99 (nearest rank), the engine's queue time (p50, max) and time to
-# first token (p50) from the completion's timings, and its errors by
-# SQLSTATE, against the victim
+# p50 / p99 (nearest rank), the engine's queue time (p50, max), time to
+# first token (p50) and time per later token (p50 and max of the calls'
+# (total - ttft) / (tokens - 1)) from the completion's timings, and its
+# errors by SQLSTATE, against the victim
 # alone in the same run (before the attacks, and again after them, to show
 # the noise); load average before and after.  Timings on a busy
 # machine are noisy: compare ratios within a run.
 #
 # usage: [PG_CONFIG=...] [CALLS=8] [ATTACKS="window async_huge ..."]
-#        test/bench/bench_victim.sh
+#        [OPUS_ENGINE_PATH=build/opus_engine] test/bench/bench_victim.sh
+# (OPUS_ENGINE_PATH: another engine binary than the installed one, e.g. to
+# compare two builds in alternate runs)
 # Runs a throwaway cluster (as postgres when run as root) from PG_CONFIG's
 # installation, which must have opus_pg installed (make install).
 set -euo pipefail
@@ -56,6 +59,9 @@ shared_preload_libraries = 'opus_pg'
 opus.threads = 2
 max_connections = 100
 CONF
+if [ -n "${OPUS_ENGINE_PATH:-}" ]; then
+	echo "opus.engine_path = '$(realpath "$OPUS_ENGINE_PATH")'" >> "$dir/data/postgresql.conf"
+fi
 as_pg "'$bindir/pg_ctl' -D '$dir/data' -l '$dir/log' -w start" >/dev/null
 psql=("$bindir/psql" -XAtq -h "$dir" -p "$PORT" -U postgres -d postgres)
 "${psql[@]}" >/dev/null <<'SQL'
@@ -71,7 +77,8 @@ ALTER TABLE job_src OWNER TO attacker;
 -- row is its latency, the engine's queue time and time to first token (the
 -- completion's timings), and 'ok' or its SQLSTATE.
 CREATE FUNCTION victim_calls(n integer)
-RETURNS TABLE (ms double precision, queue_ms double precision, ttft_ms double precision, state text)
+RETURNS TABLE (ms double precision, queue_ms double precision, ttft_ms double precision,
+               itl_ms double precision, state text)
 LANGUAGE plpgsql AS $$
 DECLARE
     t0 timestamptz;
@@ -81,10 +88,15 @@ BEGIN
         t0 := clock_timestamp();
         queue_ms := NULL;
         ttft_ms := NULL;
+        itl_ms := NULL;
         BEGIN
             r := opus_completion('The capital of France is', max_tokens => 8, temperature => 0);
             queue_ms := (r->'timings'->>'queue_ms')::double precision;
             ttft_ms := (r->'timings'->>'ttft_ms')::double precision;
+            IF (r->'usage'->>'completion_tokens')::integer > 1 THEN
+                itl_ms := ((r->'timings'->>'engine_ms')::double precision - ttft_ms)
+                          / ((r->'usage'->>'completion_tokens')::integer - 1);
+            END IF;
             state := 'ok';
         EXCEPTION WHEN OTHERS THEN
             state := SQLSTATE;
@@ -120,8 +132,8 @@ stop_attack() {
 	q "SELECT count(opus_cancel(id)) FROM opus_async" >/dev/null
 	wait_until "SELECT busy_slots = 0 FROM opus_engine" 300
 }
-# Measure the victim: prints "p50 p99 queue_p50 queue_max ttft_p50 errors"
-# (errors: SQLSTATE:count,...).
+# Measure the victim: prints "p50 p99 queue_p50 queue_max ttft_p50 itl_p50
+# itl_max errors" (errors: SQLSTATE:count,...).
 victim() {
 	"${psql[@]}" -c "SET ROLE victim" -c "
 		WITH c AS (SELECT * FROM victim_calls($CALLS)),
@@ -131,6 +143,8 @@ victim() {
 		       coalesce(round((SELECT percentile_disc(0.5) WITHIN GROUP (ORDER BY queue_ms) FROM c)::numeric, 0)::text, '-') || ' ' ||
 		       coalesce(round((SELECT max(queue_ms) FROM c)::numeric, 0)::text, '-') || ' ' ||
 		       coalesce(round((SELECT percentile_disc(0.5) WITHIN GROUP (ORDER BY ttft_ms) FROM c)::numeric, 0)::text, '-') || ' ' ||
+		       coalesce(round((SELECT percentile_disc(0.5) WITHIN GROUP (ORDER BY itl_ms) FROM c)::numeric, 0)::text, '-') || ' ' ||
+		       coalesce(round((SELECT max(itl_ms) FROM c)::numeric, 0)::text, '-') || ' ' ||
 		       coalesce((SELECT string_agg(state || ':' || k, ',') FROM
 		                 (SELECT state, count(*) AS k FROM c WHERE state <> 'ok' GROUP BY state) AS e), '-')"
 }
@@ -212,18 +226,18 @@ res[alone_end]=$(victim)
 load_after=$(cut -d' ' -f1-3 /proc/loadavg)
 
 row() {	# $1 = label, $2 = result line, $3 = note
-	local p50 p99 q50 qmax t50 err ratio
-	read -r p50 p99 q50 qmax t50 err <<<"$2"
+	local p50 p99 q50 qmax t50 i50 imax err ratio
+	read -r p50 p99 q50 qmax t50 i50 imax err <<<"$2"
 	ratio=$(awk -v a="$p50" -v b="$a50" 'BEGIN { printf "%.2f", (b > 0 ? a / b : 0) }')
-	printf '| %-12s | %8s | %8s | %8s | %9s | %9s | %8s | %-9s | %s |\n' \
-		"$1" "$p50" "$p99" "$ratio" "$q50" "$qmax" "$t50" "$err" "$3"
+	printf '| %-12s | %8s | %8s | %8s | %9s | %9s | %8s | %7s | %7s | %-9s | %s |\n' \
+		"$1" "$p50" "$p99" "$ratio" "$q50" "$qmax" "$t50" "$i50" "$imax" "$err" "$3"
 }
 read -r a50 _ <<<"${res[alone]}"
 echo
 echo "victim: opus_completion 8 tokens greedy, $CALLS calls per row; load average before: $load_before, after: $load_after"
-printf '| %-12s | %8s | %8s | %8s | %9s | %9s | %8s | %-9s | %s |\n' \
-	attack "p50 ms" "p99 ms" "p50 x" "queue p50" "queue max" "ttft p50" errors "attack state"
-echo '|---|---:|---:|---:|---:|---:|---:|---|---|'
+printf '| %-12s | %8s | %8s | %8s | %9s | %9s | %8s | %7s | %7s | %-9s | %s |\n' \
+	attack "p50 ms" "p99 ms" "p50 x" "queue p50" "queue max" "ttft p50" "tpot p50" "tpot max" errors "attack state"
+echo '|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|'
 row alone "${res[alone]}" ""
 for a in $ATTACKS; do
 	row "$a" "${res[$a]}" "${note[$a]}"

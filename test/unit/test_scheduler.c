@@ -1546,8 +1546,10 @@ test_no_hol(void)
 
 /*
  * A long prompt behind a generating request is prefilled in chunks bounded
- * by the step time target (at least one block with a tiny target), and in
- * one piece without it.
+ * by the step time target, and in one piece without it.  With a target
+ * that not even one block fits, the steps alternate: one with no prompt
+ * token (the running request's token alone), one with a block, so the
+ * prompt still finishes, in about twice as many steps as it has blocks.
  */
 static void
 test_step_target(void)
@@ -1568,6 +1570,8 @@ test_step_target(void)
 		int			n;
 		int			max_chunk = 0;
 		int			done_before = 0;
+		int			n_steps = 0;
+		int			n_empty = 0;	/* steps that gave the long prompt nothing */
 
 		if (!c)
 			return;
@@ -1580,17 +1584,25 @@ test_step_target(void)
 		CHECK(opus_sched_step(s, &err) == OPUS_OK, "step");
 		n = filler(toks, 200);
 		CHECK(opus_sched_submit(s, 2, toks + 40, 160, &pl, &err) == OPUS_OK, "submit long");
-		while (opus_sched_get_request(s, 2, &in) && in.n_prompt_done < in.n_prompt)
+		while (opus_sched_get_request(s, 2, &in) && in.n_prompt_done < in.n_prompt && n_steps < 100)
 		{
 			CHECK(opus_sched_step(s, &err) == OPUS_OK, "step");
+			n_steps++;
 			if (!opus_sched_get_request(s, 2, &in))
 				break;
 			if (in.n_prompt_done - done_before > max_chunk)
 				max_chunk = in.n_prompt_done - done_before;
+			n_empty += in.running && in.n_prompt_done == done_before;
 			done_before = in.n_prompt_done;
 		}
 		if (target)
+		{
 			CHECK(max_chunk <= 16, "prefill chunks within the target: %d", max_chunk);
+			CHECK(n_empty >= 8, "steps with no prompt token (the running token alone): %d of %d",
+				  n_empty, n_steps);
+			CHECK(n_steps <= 2 * 160 / 16 + 2, "the long prompt still advances every other step: %d steps",
+				  n_steps);
+		}
 		else
 			CHECK(max_chunk >= 150, "one prefill chunk without a target: %d", max_chunk);
 		run_all(s, 500);
@@ -1603,8 +1615,10 @@ test_step_target(void)
 
 /*
  * A short prompt arriving while a long one is prefilled (nothing decoding
- * yet): the step that prefills the short one carries at most the target's
- * worth of the long one (one block with a tiny target), not the rest of
+ * yet): the long one alone goes in chunks of the target's worth (one
+ * block with a tiny target) rather than max_batch_tokens, so the short one
+ * waits for a small step; the step that prefills the short one carries at
+ * most the target's worth of the long one, not the rest of
  * max_batch_tokens, so the short request's first token is not held up by
  * a full chunk; without a target the long one takes the rest.
  */
@@ -1643,8 +1657,13 @@ test_step_target_short(void)
 		run_all(s, 50);
 		CHECK(opus_sched_submit(s, 2, toks, 200, &pl, &err) == OPUS_OK, "submit long");
 		CHECK(opus_sched_step(s, &err) == OPUS_OK, "step");
-		CHECK(opus_sched_get_request(s, 2, &in) && in.n_prompt_done == 64,
-			  "the long prompt's first chunk is max_batch_tokens: %d", in.n_prompt_done);
+		if (target)
+			CHECK(opus_sched_get_request(s, 2, &in) && in.n_prompt_done == 16,
+				  "alone, the long prompt's first chunk is the target's (a block): %d",
+				  in.n_prompt_done);
+		else
+			CHECK(opus_sched_get_request(s, 2, &in) && in.n_prompt_done == 64,
+				  "the long prompt's first chunk is max_batch_tokens: %d", in.n_prompt_done);
 		before = in.n_prompt_done;
 		CHECK(opus_sched_submit(s, 3, toks + 100, 8, &ps, &err) == OPUS_OK, "submit short");
 		CHECK(opus_sched_step(s, &err) == OPUS_OK, "step");

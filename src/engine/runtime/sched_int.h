@@ -23,6 +23,7 @@
 #include "model/kv.h"
 #include "runtime/constrain.h"
 #include "runtime/masker.h"
+#include "runtime/stepcost.h"
 #include "text/grammar.h"
 
 struct sched_req
@@ -91,7 +92,8 @@ struct opus_sched
 	double		starve_ms;		/* queue wait after which nobody overtakes, 0 = never */
 	double		fair_credit;	/* bound on a non-backlogged tenant's lag, 0 = none */
 	double		step_target_ms; /* prefill bound while decoding, 0 = off */
-	double		ms_per_token;	/* measured step cost per token (EWMA), 0 = unknown */
+	struct opus_stepcost cost;	/* measured step time by token count */
+	bool		prefill_lean;	/* the last step gave waiting prompts less than a block */
 	opus_event_fn cb;
 	void	   *user;
 

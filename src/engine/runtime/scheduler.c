@@ -25,10 +25,13 @@
  *     while everyone else keeps getting a token per step); while there are
  *     decodes or short prompts in the batch, the other prefill tokens are
  *     also bounded by the step time target (opus_sched_set_step_target)
- *     at the measured cost per token, so the running requests'
- *     inter-token latency stays near it, and short prompts go before long
- *     ones, so a small request's first token does not wait for a long
- *     prompt's chunks;
+ *     at the step cost measured for each step size (stepcost.h), so the
+ *     running requests' inter-token latency stays within it (when not
+ *     even a block fits, prompts advance by a block every other step),
+ *     and short prompts go before long ones, so a small request's first
+ *     token does not wait for a long prompt's chunks; long prompts alone
+ *     are chunked by the target too (at least a block), so a request
+ *     that arrives does not wait for a long step in flight;
  *  4. if the pool runs out (OPUS_ERR_CAPACITY), the sequence of the lowest
  *     priority holding the most blocks (the most recently admitted among
  *     equals) is preempted, which frees the most room per recomputation and
@@ -141,6 +144,7 @@ opus_sched_create(struct opus_ctx *ctx, opus_event_fn cb, void *user,
 	s->fair_credit = OPUS_SCHED_FAIR_CREDIT;
 	s->step_target_ms = 0.0;
 	s->mask_overlap = true;
+	opus_stepcost_init(&s->cost);
 	s->cb = cb;
 	s->user = user;
 	s->cap_piece = 256;
@@ -680,6 +684,17 @@ handle_cancels(struct opus_sched *s)
 /*
  * Fill s->items: a decode token for each generating sequence, then prefill
  * chunks, in admission order, up to max_batch tokens.  Returns the count.
+ *
+ * The step time target: the prompt tokens behind the decodes and short
+ * prompts (pass 1) of the step are limited to what keeps the step's
+ * predicted time (stepcost.h, measured on steps of each size) within
+ * s->step_target_ms.  When that is less than a block, the waiting prompts
+ * get it (maybe nothing) in one step and at least one block in the next: a
+ * long prompt still advances by a block every other step, and every other
+ * step of the running requests stays within the target even when one
+ * block alone would exceed it.  Long prompts alone in a step are chunked
+ * by the target too (at least a block), so a request that arrives waits
+ * for at most one such step before it is in one.
  */
 /* Prompts with at most this many blocks left go before longer ones in a step. */
 #define SHORT_PREFILL_BLOCKS 4
@@ -691,6 +706,9 @@ build_batch(struct opus_sched *s, int *n_logit_rows)
 	int			budget = s->max_batch;
 	int			rows = 0;
 	bool		capped = false;
+	bool		lean = false;	/* the target left prompts less than a block */
+	int64_t		wanted = 0;		/* prompt tokens waiting, and given this step */
+	int64_t		given = 0;
 
 	/*
 	 * pass 0: decodes; pass 1: short prefills (at most SHORT_PREFILL_BLOCKS
@@ -700,25 +718,28 @@ build_batch(struct opus_sched *s, int *n_logit_rows)
 	for (int pass = 0; pass < 3; pass++)
 	{
 		/*
-		 * Prefill behind decodes, or long prefill behind a short one (a
-		 * request waiting for its first token): at most what fits the step
-		 * time target at the measured cost per token, counting the tokens
-		 * already in the batch (but at least one block's worth, so a long
-		 * prompt always progresses).
+		 * Prefill behind decodes, long prefill behind a short one (a
+		 * request waiting for its first token), or long prefill alone: at
+		 * most what fits the step time target, counting the tokens already
+		 * in the batch.
 		 */
-		if (pass > 0 && !capped && n > 0 && s->step_target_ms > 0.0 && s->ms_per_token > 0.0)
+		if (pass > 0 && !capped && (n > 0 || pass == 2) && s->step_target_ms > 0.0)
 		{
-			double		fit = s->step_target_ms / s->ms_per_token - (double) (s->max_batch - budget);
-			int			cap = fit < (double) budget ? (int) fit : budget;
+			int32_t		cap = opus_stepcost_fit(&s->cost, s->step_target_ms,
+												s->max_batch - budget, budget);
 
 			capped = true;
-
-			if (cap < s->block_size)
-				cap = s->block_size;
-			if (cap < budget)
+			if (cap >= 0 && cap < s->block_size)
+			{
+				if (n == 0 || s->prefill_lean)
+					cap = s->block_size;	/* alone, or the other step of two: a block */
+				else
+					lean = true;
+			}
+			if (cap >= 0 && cap < budget)
 				budget = cap;
 		}
-		for (int i = 0; i < s->n_run && budget > 0; i++)
+		for (int i = 0; i < s->n_run; i++)
 		{
 			struct sched_req *r = s->run[i];
 			int32_t		todo = r->n_tokens - r->seq.n_pos;
@@ -728,6 +749,10 @@ build_batch(struct opus_sched *s, int *n_logit_rows)
 			if (r->finished || todo <= 0 || (pass == 0) != (todo == 1))
 				continue;
 			if (pass > 0 && (pass == 1) != (todo <= SHORT_PREFILL_BLOCKS * s->block_size))
+				continue;
+			if (pass > 0)
+				wanted += todo;
+			if (budget <= 0)
 				continue;
 			chunk = todo < budget ? todo : budget;
 			it = &s->items[n];
@@ -742,8 +767,12 @@ build_batch(struct opus_sched *s, int *n_logit_rows)
 				rows++;			/* the row is assigned once the count is known */
 			s->item_req[n++] = r;
 			budget -= chunk;
+			if (pass > 0)
+				given += chunk;
 		}
 	}
+	/* a lean step only counts when it held a prompt back */
+	s->prefill_lean = lean && given < wanted;
 	*n_logit_rows = rows;
 	return n;
 }
@@ -837,6 +866,7 @@ opus_sched_step(struct opus_sched *s, struct opus_error *err)
 	int64_t		n_prefill = 0,
 				n_decode = 0;
 	double		t_step;
+	bool		lean = s->prefill_lean; /* the last step's, for every try below */
 
 	handle_cancels(s);
 	/* the queue must be able to take back any running request */
@@ -850,6 +880,7 @@ opus_sched_step(struct opus_sched *s, struct opus_error *err)
 
 	for (;;)
 	{
+		s->prefill_lean = lean;
 		n_items = build_batch(s, &rows);
 		if (n_items == 0)
 			return OPUS_OK;
@@ -910,16 +941,7 @@ opus_sched_step(struct opus_sched *s, struct opus_error *err)
 	}
 	for (int i = 0; i < n_items; i++)
 		sched_publish_blocks(s, s->item_req[i]);
-	/*
-	 * Cost per token, from steps with enough tokens that the per-step
-	 * overhead (reading the weights once) does not dominate.
-	 */
-	if (n_prefill + n_decode >= 2 * s->block_size)
-	{
-		double		c = t_step / (double) (n_prefill + n_decode);
-
-		s->ms_per_token = s->ms_per_token > 0.0 ? 0.7 * s->ms_per_token + 0.3 * c : c;
-	}
+	opus_stepcost_observe(&s->cost, (int32_t) (n_prefill + n_decode), t_step);
 	s->stats.steps++;
 	s->stats.tokens_prefill += n_prefill;
 	s->stats.tokens_decode += n_decode;

@@ -137,11 +137,14 @@ void		opus_sched_set_aging(struct opus_sched *s, double ms_per_class);
 void		opus_sched_set_starvation(struct opus_sched *s, double ms);
 
 /*
- * Step time target: while a step has decode tokens, its prefill tokens are
- * limited to what the target allows at the measured cost per token (at
- * least one KV block's worth), so a long prompt does not stretch the
- * running requests' inter-token latency.  0 (the default) = only
- * max_batch_tokens limits prefill.
+ * Step time target: a step's prefill tokens beyond its decodes and short
+ * prompts are limited to what keeps the step's predicted time within the
+ * target (stepcost.h: the time measured on steps of each size), so a long
+ * prompt does not stretch the running requests' inter-token latency, nor
+ * a newcomer's wait for the step in flight.  When not even one KV block
+ * fits, prompts get what fits (maybe nothing) and a block in the next step,
+ * alternately, so they still advance; alone in a step, a prompt gets at
+ * least a block.  0 (the default) = only max_batch_tokens limits prefill.
  */
 void		opus_sched_set_step_target(struct opus_sched *s, double ms);
 
