@@ -37,7 +37,7 @@
 /*
  * Rows of up to this many blocks (4096 elements) take the scaled form for
  * 6..8 tokens; its buffers live on the stack: MM_MAX_NB * 8 * (32 + 2 * 4)
- * bytes (40 KiB).
+ * bytes (40 KiB), plus MM_MAX_NB * 2 * 4 (Q4_1's block minimums).
  */
 #define MM_MAX_NB 128
 

@@ -91,6 +91,21 @@ MM_NAME(store) (const int C, float *out, __m256 v)
 	}
 }
 
+/*
+ * A Q4_1 block's 32 quants as bytes 0..15: element i (i < 16) the low
+ * nibble of byte i, element 16 + i its high nibble.  The 16 bytes are
+ * loaded into both 128-bit halves and the upper half shifted right by 4
+ * (one variable shift, no cross-lane insert).
+ */
+static inline __attribute__((always_inline)) __m256i
+MM_NAME(q4_1_unpack) (const uint8_t *qs)
+{
+	__m256i		q = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *) qs));
+
+	return _mm256_and_si256(_mm256_srlv_epi64(q, _mm256_setr_epi64x(0, 0, 4, 4)),
+							_mm256_set1_epi8(0x0F));
+}
+
 /* Q4_1 weights x Q8_1 activations. */
 static inline __attribute__((always_inline)) void
 MM_NAME(q4_1_direct) (const int C, int nb, int n_rows,
@@ -98,8 +113,6 @@ MM_NAME(q4_1_direct) (const int C, int nb, int n_rows,
 					const uint8_t *x, size_t x_stride,
 					const float *xs, float *out)
 {
-	const __m256i lowmask = _mm256_set1_epi8(0x0F);
-
 	for (int r = 0; r < n_rows; r++)
 	{
 		const opus_block_q4_1 *wr = (const opus_block_q4_1 *) (w + (size_t) r * w_stride);
@@ -111,8 +124,7 @@ MM_NAME(q4_1_direct) (const int C, int nb, int n_rows,
 			acc[c] = _mm256_setzero_ps();
 		for (int b = 0; b < nb; b++)
 		{
-			__m128i		q = _mm_loadu_si128((const __m128i *) wr[b].qs);
-			__m256i		wq = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), lowmask);
+			__m256i		wq = MM_NAME(q4_1_unpack) (wr[b].qs);
 
 			if (C == 1)
 				_mm_prefetch((const char *) (wr + b) + MM_PREFETCH, _MM_HINT_T0);
@@ -218,6 +230,26 @@ MM_NAME(row_scales) (int nb, const uint8_t *wr, size_t block_bytes, const float 
 	}
 }
 
+/*
+ * row_scales for a Q4_1 row, and mf[b] = its block b's min as a float, so
+ * the inner loop reads it with a plain broadcast load.
+ */
+static inline __attribute__((always_inline)) void
+MM_NAME(q4_1_row_scales) (int nb, const uint8_t *wr, const float *xs, float *sc, float *mf)
+{
+	for (int b = 0; b < nb; b++)
+	{
+		uint32_t	dm_bits;
+		__m128		dm;
+
+		memcpy(&dm_bits, wr + (size_t) b * sizeof(opus_block_q4_1), sizeof(dm_bits));	/* d, m */
+		dm = _mm_cvtph_ps(_mm_cvtsi32_si128((int) dm_bits));
+		_mm256_store_ps(sc + b * 8, _mm256_mul_ps(_mm256_broadcastss_ps(dm),
+												  _mm256_loadu_ps(xs + (size_t) b * 8)));
+		_mm_store_ss(mf + b, _mm_movehdup_ps(dm));
+	}
+}
+
 /* Q4_1 weights x Q8_1 activations, scaled form (nb <= MM_MAX_NB). */
 static inline __attribute__((always_inline)) void
 MM_NAME(q4_1_scaled) (const int C, int nb, int n_rows,
@@ -225,31 +257,31 @@ MM_NAME(q4_1_scaled) (const int C, int nb, int n_rows,
 					  const uint8_t *x, size_t x_stride,
 					  const float *xs, float *out)
 {
-	const __m256i lowmask = _mm256_set1_epi8(0x0F);
 	float		sc[2][MM_MAX_NB * 8] __attribute__((aligned(32)));
+	float		mf[2][MM_MAX_NB];
 	__m256i		xr[MM_MAX_NB * 8];
 
 	MM_NAME(gather_x) (C, nb, x, x_stride, sizeof(opus_block_q8_1), 4, xr);
-	MM_NAME(row_scales) (nb, w, sizeof(opus_block_q4_1), xs, sc[0]);
+	MM_NAME(q4_1_row_scales) (nb, w, xs, sc[0], mf[0]);
 	for (int r = 0; r < n_rows; r++)
 	{
 		const opus_block_q4_1 *wr = (const opus_block_q4_1 *) (w + (size_t) r * w_stride);
 		const float *scr = sc[r & 1];
+		const float *mfr = mf[r & 1];
 		__m256		acc[8];
 		__m256		ms = _mm256_setzero_ps();
 
 		/* the next row's scales: stored well before they are read */
 		if (r + 1 < n_rows)
-			MM_NAME(row_scales) (nb, w + (size_t) (r + 1) * w_stride, sizeof(opus_block_q4_1),
-								 xs, sc[(r + 1) & 1]);
+			MM_NAME(q4_1_row_scales) (nb, w + (size_t) (r + 1) * w_stride, xs,
+									  sc[(r + 1) & 1], mf[(r + 1) & 1]);
 		_Pragma("GCC unroll 8")
 		for (int c = 0; c < C; c++)
 			acc[c] = _mm256_setzero_ps();
 		for (int b = 0; b < nb; b++)
 		{
-			__m128i		q = _mm_loadu_si128((const __m128i *) wr[b].qs);
-			__m256i		wq = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), lowmask);
-			__m256		mw = _mm256_broadcastss_ps(_mm_cvtph_ps(_mm_cvtsi32_si128(wr[b].m)));
+			__m256i		wq = MM_NAME(q4_1_unpack) (wr[b].qs);
+			__m256		mw = _mm256_broadcast_ss(mfr + b);
 			const float *scb = scr + b * 8;
 
 			ms = _mm256_fmadd_ps(mw, _mm256_loadu_ps(xs + (size_t) (nb + b) * 8), ms);
