@@ -49,11 +49,21 @@ mm_dot_avx2(__m256i w, __m256i x)
 	return _mm256_madd_epi16(_mm256_maddubs_epi16(w, x), _mm256_set1_epi16(1));
 }
 
+/* the 16-bit pair sums of both products added first (|sum| < 4 * 2,048: no overflow) */
+static inline __m256i
+mm_dot2_avx2(__m256i w, __m256i x, __m256i v, __m256i y)
+{
+	return _mm256_madd_epi16(_mm256_add_epi16(_mm256_maddubs_epi16(w, x), _mm256_maddubs_epi16(v, y)),
+							 _mm256_set1_epi16(1));
+}
+
 #define MM_NAME(x) x##_avx2
 #define MM_DOT(w, x) mm_dot_avx2(w, x)
+#define MM_DOT2(w, x, v, y) mm_dot2_avx2(w, x, v, y)
 #include "cpu/matmul_tile.h"
 #undef MM_NAME
 #undef MM_DOT
+#undef MM_DOT2
 
 /* ---- AVX-VNNI ---- */
 
@@ -68,9 +78,11 @@ mm_dot_vnni(__m256i w, __m256i x)
 
 #define MM_NAME(x) x##_vnni
 #define MM_DOT(w, x) mm_dot_vnni(w, x)
+#define MM_DOT2(w, x, v, y) _mm256_dpbusd_avx_epi32(mm_dot_vnni(w, x), v, y)
 #include "cpu/matmul_tile.h"
 #undef MM_NAME
 #undef MM_DOT
+#undef MM_DOT2
 
 #pragma GCC pop_options
 
@@ -87,9 +99,11 @@ mm_dot_vnni256(__m256i w, __m256i x)
 
 #define MM_NAME(x) x##_vnni256
 #define MM_DOT(w, x) mm_dot_vnni256(w, x)
+#define MM_DOT2(w, x, v, y) _mm256_dpbusd_epi32(mm_dot_vnni256(w, x), v, y)
 #include "cpu/matmul_tile.h"
 #undef MM_NAME
 #undef MM_DOT
+#undef MM_DOT2
 
 #pragma GCC pop_options
 

@@ -6,6 +6,8 @@
  * The includer defines:
  *   MM_NAME(x)      the variant's name for x (e.g. x##_avx2)
  *   MM_DOT(w, x)    8 int32 lanes of sums of u8 w times s8 x products
+ *   MM_DOT2(w, x, v, y)  the same for w x + v y (lane i: products 4i..4i+3
+ *                   of both pairs); each product below 2,048 in magnitude
  *
  * A kernel made for C tokens (1..8) computes, for n_rows weight rows and the
  * C activation rows of one token group, out[r * 8 + c] = dot(row r, token c).
@@ -369,23 +371,23 @@ MM_NAME(q8_0_rows) (const int C, int nb, int n_rows,
  * repacked q4_0_8x8 kernels, the same for one token and many): per output
  * one scalar chain over the blocks in order, acc = fma((float) exact block
  * sum, w.d * x.d rounded, acc), no horizontal sum.  Eight weight rows run in
- * the eight lanes: per block each row's 8 partial sums are reduced to one
+ * the eight lanes: per block each row's partial sums are reduced to one
  * lane (exact integers), so every lane is exactly that chain.  Rows beyond
  * a multiple of 8 take the same chain one at a time.
+ *
+ * Two rows' blocks share a register (row 2j in the low 128 bits, row 2j + 1
+ * in the high): one AND gives both rows' first 16 quants, a shift and an
+ * AND their last 16, met by the activation's halves broadcast to both
+ * 128-bit lanes (MM_DOT2), and three horizontal adds reduce the four
+ * registers to one lane per row, in the order rows 0, 2, 4, 6, 1, 3, 5, 7
+ * (the weight scales are gathered in that order, the results stored back
+ * in row order).  For one token (decode) the weights stream from memory:
+ * eight rows read side by side are eight streams, which the hardware
+ * prefetchers follow badly, so the group two groups ahead is prefetched as
+ * one linear run, a slice per block (measured: 4.4 -> 7.2 GB/s on a
+ * 2,048-wide matrix, 80% of the read bandwidth, where 8 plain streams reach
+ * 6).
  */
-static inline __m256i
-MM_NAME(hsum8_epi32) (const __m256i *v)
-{
-	__m256i		a0 = _mm256_hadd_epi32(v[0], v[1]);
-	__m256i		a1 = _mm256_hadd_epi32(v[2], v[3]);
-	__m256i		a2 = _mm256_hadd_epi32(v[4], v[5]);
-	__m256i		a3 = _mm256_hadd_epi32(v[6], v[7]);
-	__m256i		b0 = _mm256_hadd_epi32(a0, a1);
-	__m256i		b1 = _mm256_hadd_epi32(a2, a3);
-
-	return _mm256_add_epi32(_mm256_permute2x128_si256(b0, b1, 0x20),
-							_mm256_permute2x128_si256(b0, b1, 0x31));
-}
 
 /* 8 * (sum of the quants of block b of token c), for c < C, b < nb */
 static inline __attribute__((always_inline)) void
@@ -418,12 +420,16 @@ MM_NAME(q4_0_rows) (const int C, int nb, int n_rows,
 	const __m256i ones = _mm256_set1_epi8(1);
 	int32_t		ys[MM_Q4_0_MAX_NB * 8];
 	bool		grouped = nb <= MM_Q4_0_MAX_NB && n_rows >= 8;
+	size_t		group_bytes = 8 * w_stride;
 	int			r = 0;
 
 	if (grouped)
 		MM_NAME(q4_0_ysums) (C, nb, x, x_stride, ys);
 	for (; grouped && r + 8 <= n_rows; r += 8)
 	{
+		const uint8_t *g = w + (size_t) r * w_stride;
+		/* the slice of the group two ahead that block b prefetches */
+		size_t		pf_step = (group_bytes + (size_t) nb - 1) / (size_t) nb;
 		__m256		acc[8];
 
 		_Pragma("GCC unroll 8")
@@ -431,38 +437,50 @@ MM_NAME(q4_0_rows) (const int C, int nb, int n_rows,
 			acc[c] = _mm256_setzero_ps();
 		for (int b = 0; b < nb; b++)
 		{
-			__m256i		wq[8];
-			uint16_t	dh[8];
+			__m256i		lo[4],
+						hi[4];
+			uint64_t	d_even = 0,
+						d_odd = 0;
 			__m256		dw;
 
-			_Pragma("GCC unroll 8")
-			for (int k = 0; k < 8; k++)
+			if (C == 1)
 			{
-				const opus_block_q4_0 *wb = (const opus_block_q4_0 *) (w + (size_t) (r + k) * w_stride) + b;
-				__m128i		q = _mm_loadu_si128((const __m128i *) wb->qs);
+				const char *pf = (const char *) g + 2 * group_bytes + (size_t) b * pf_step;
 
-				if (C == 1)
-					_mm_prefetch((const char *) wb + MM_PREFETCH, _MM_HINT_T0);
-				wq[k] = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), lowmask);
-				dh[k] = wb->d;
+				for (size_t off = 0; off < pf_step; off += 64)
+					_mm_prefetch(pf + off, _MM_HINT_T0);
 			}
-			/* built in a register (a store then a vector load would stall) */
-			dw = _mm256_cvtph_ps(_mm_set_epi16((short) dh[7], (short) dh[6], (short) dh[5],
-											   (short) dh[4], (short) dh[3], (short) dh[2],
-											   (short) dh[1], (short) dh[0]));
+			_Pragma("GCC unroll 4")
+			for (int j = 0; j < 4; j++)
+			{
+				const opus_block_q4_0 *b0 = (const opus_block_q4_0 *) (g + (size_t) (2 * j) * w_stride) + b;
+				const opus_block_q4_0 *b1 = (const opus_block_q4_0 *) (g + (size_t) (2 * j + 1) * w_stride) + b;
+				__m256i		v = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *) b0->qs)),
+														_mm_loadu_si128((const __m128i *) b1->qs), 1);
+
+				lo[j] = _mm256_and_si256(v, lowmask);
+				hi[j] = _mm256_and_si256(_mm256_srli_epi16(v, 4), lowmask);
+				/* lanes 0..3: rows 0, 2, 4, 6; lanes 4..7: rows 1, 3, 5, 7 */
+				d_even |= (uint64_t) b0->d << (16 * j);
+				d_odd |= (uint64_t) b1->d << (16 * j);
+			}
+			/* built in registers (a store then a vector load would stall) */
+			dw = _mm256_cvtph_ps(_mm_set_epi64x((long long) d_odd, (long long) d_even));
 			_Pragma("GCC unroll 8")
 			for (int c = 0; c < C; c++)
 			{
 				const opus_block_q8_0 *xb = (const opus_block_q8_0 *) (x + c * x_stride) + b;
-				__m256i		xv = _mm256_loadu_si256((const __m256i *) xb->qs);
-				__m256i		p[8];
+				__m256i		ylo = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *) xb->qs));
+				__m256i		yhi = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *) (xb->qs + 16)));
+				__m256i		p[4];
 				__m256i		isum;
 
 				/* sum (q - 8) y = sum q y - 8 sum y */
-				_Pragma("GCC unroll 8")
-				for (int k = 0; k < 8; k++)
-					p[k] = MM_DOT(wq[k], xv);
-				isum = _mm256_sub_epi32(MM_NAME(hsum8_epi32) (p), _mm256_set1_epi32(ys[b * 8 + c]));
+				_Pragma("GCC unroll 4")
+				for (int j = 0; j < 4; j++)
+					p[j] = MM_DOT2(lo[j], ylo, hi[j], yhi);
+				isum = _mm256_hadd_epi32(_mm256_hadd_epi32(p[0], p[1]), _mm256_hadd_epi32(p[2], p[3]));
+				isum = _mm256_sub_epi32(isum, _mm256_set1_epi32(ys[b * 8 + c]));
 				acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum),
 										 _mm256_mul_ps(dw, _mm256_broadcast_ss(xs + (size_t) b * 8 + c)),
 										 acc[c]);
@@ -474,8 +492,12 @@ MM_NAME(q4_0_rows) (const int C, int nb, int n_rows,
 			float		v[8];
 
 			_mm256_storeu_ps(v, acc[c]);
-			for (int k = 0; k < 8; k++)
-				out[(size_t) (r + k) * 8 + c] = v[k];
+			_Pragma("GCC unroll 4")
+			for (int j = 0; j < 4; j++)
+			{
+				out[(size_t) (r + 2 * j) * 8 + c] = v[j];
+				out[(size_t) (r + 2 * j + 1) * 8 + c] = v[4 + j];
+			}
 		}
 	}
 	for (; r < n_rows; r++)
