@@ -463,6 +463,138 @@ q5_1_vec_dot_avx2(int64_t n, const void *w, const void *x)
 	return hsum_ps(acc) + ms;
 }
 
+/*
+ * Q5_1, several rows of one activation row (decode): four rows per pass
+ * share the activation's loads and scale conversion; their (d, m) pairs
+ * are converted in one instruction, the products w.d * x.d land in the
+ * even lanes and the four min-term chains run in the odd lanes of one
+ * vector (lane 2k + 1: fma(w.m, x.s, ms) of row k, the scalar chain of
+ * q5_1_vec_dot_avx2).  Every row's arithmetic is q5_1_vec_dot_avx2's, so
+ * the results are bit-identical to it.  The weights stream from memory:
+ * the four rows two passes ahead are prefetched as one linear run.
+ */
+static inline __attribute__((always_inline)) void
+q5_1_rows4(int64_t nb, const uint8_t *w, size_t ws, const opus_block_q8_1 *b, float *out,
+		   const int R)
+{
+	size_t		pf_step = (4 * ws + (size_t) nb - 1) / (size_t) nb;
+	__m256		acc[4],
+				ms = _mm256_setzero_ps();
+	float		m[8];
+
+#pragma GCC unroll 4
+	for (int r = 0; r < R; r++)
+		acc[r] = _mm256_setzero_ps();
+	for (int64_t i = 0; i < nb; i++)
+	{
+		const opus_block_q5_1 *a[4];
+		uint32_t	dm[4] = {0, 0, 0, 0},
+					xdm;
+		const char *pf = (const char *) w + 8 * ws + (size_t) i * pf_step;
+		__m256		wdm,
+					sc;
+		__m128		xf;
+		__m256i		y = load256(b[i].qs);
+
+		for (size_t off = 0; off < pf_step; off += 64)
+			_mm_prefetch(pf + off, _MM_HINT_T0);
+#pragma GCC unroll 4
+		for (int r = 0; r < R; r++)
+		{
+			a[r] = (const opus_block_q5_1 *) (w + (size_t) r * ws) + i;
+			memcpy(&dm[r], a[r], sizeof(dm[r]));
+		}
+		/* lanes: d0 m0 d1 m1 d2 m2 d3 m3 */
+		wdm = _mm256_cvtph_ps(_mm_setr_epi32((int) dm[0], (int) dm[1], (int) dm[2], (int) dm[3]));
+		memcpy(&xdm, &b[i], sizeof(xdm));
+		xf = _mm_cvtph_ps(_mm_cvtsi32_si128((int) xdm));
+		sc = _mm256_mul_ps(wdm, _mm256_broadcastss_ps(xf));
+		ms = _mm256_fmadd_ps(wdm, _mm256_broadcastss_ps(_mm_movehdup_ps(xf)), ms);
+#pragma GCC unroll 4
+		for (int r = 0; r < R; r++)
+		{
+			__m256i		s0 = dot_u8_i8(q5_values(a[r]->qs, a[r]->qh), y);
+
+			acc[r] = _mm256_fmadd_ps(_mm256_permutevar8x32_ps(sc, _mm256_set1_epi32(2 * r)),
+									 _mm256_cvtepi32_ps(s0), acc[r]);
+		}
+	}
+	_mm256_storeu_ps(m, ms);
+#pragma GCC unroll 4
+	for (int r = 0; r < R; r++)
+		out[r] = hsum_ps(acc[r]) + m[2 * r + 1];
+}
+
+static void
+q5_1_rows_avx2(int64_t n, int n_rows, const void *w, size_t ws, const void *x, float *out)
+{
+	const uint8_t *wr = w;
+	int			r = 0;
+
+	for (; r + 4 <= n_rows; r += 4)
+		q5_1_rows4(n / OPUS_QK32, wr + (size_t) r * ws, ws, x, out + r, 4);
+	for (; r < n_rows; r++)
+		q5_1_rows4(n / OPUS_QK32, wr + (size_t) r * ws, ws, x, out + r, 1);
+}
+
+/*
+ * Q5_1 tile (prefill): a row's block unpacked once for up to 8 tokens, each
+ * token's steps q5_1_vec_dot_avx2's (its block sums, w.d * x.d rounded, the
+ * fused add into its 8 lanes, the scalar min chain), so bit-identical.
+ */
+static void
+q5_1_tile_avx2(int64_t n, int n_rows, const void *w, size_t ws, int n_tok, const void *x,
+			   size_t xst, float *out, int ld)
+{
+	int64_t		nb = n / OPUS_QK32;
+
+	for (int t0 = 0; t0 < n_tok; t0 += 8)
+	{
+		int			C = n_tok - t0 < 8 ? n_tok - t0 : 8;
+		const uint8_t *xt = (const uint8_t *) x + (size_t) t0 * xst;
+
+		for (int r = 0; r < n_rows; r++)
+		{
+			const opus_block_q5_1 *a = (const opus_block_q5_1 *) ((const uint8_t *) w + (size_t) r * ws);
+			__m256		acc[8];
+			float		ms[8];
+
+			for (int c = 0; c < C; c++)
+			{
+				acc[c] = _mm256_setzero_ps();
+				ms[c] = 0.0f;
+			}
+			for (int64_t i = 0; i < nb; i++)
+			{
+				__m256i		q = q5_values(a[i].qs, a[i].qh);
+				uint32_t	wdm_bits;
+				__m128		wdm;
+				float		mw;
+
+				memcpy(&wdm_bits, &a[i], sizeof(wdm_bits));
+				wdm = _mm_cvtph_ps(_mm_cvtsi32_si128((int) wdm_bits));
+				mw = _mm_cvtss_f32(_mm_movehdup_ps(wdm));
+				for (int c = 0; c < C; c++)
+				{
+					const opus_block_q8_1 *b = (const opus_block_q8_1 *) (xt + (size_t) c * xst) + i;
+					uint32_t	xdm_bits;
+					__m128		xdm,
+								dm;
+
+					memcpy(&xdm_bits, b, sizeof(xdm_bits));
+					xdm = _mm_cvtph_ps(_mm_cvtsi32_si128((int) xdm_bits));
+					dm = _mm_mul_ps(wdm, xdm);
+					acc[c] = _mm256_fmadd_ps(_mm256_broadcastss_ps(dm),
+											 _mm256_cvtepi32_ps(dot_u8_i8(q, load256(b->qs))), acc[c]);
+					ms[c] = __builtin_fmaf(mw, _mm_cvtss_f32(_mm_movehdup_ps(xdm)), ms[c]);
+				}
+			}
+			for (int c = 0; c < C; c++)
+				out[(size_t) (t0 + c) * ld + r] = hsum_ps(acc[c]) + ms[c];
+		}
+	}
+}
+
 static float
 q8_0_vec_dot_avx2(int64_t n, const void *w, const void *x)
 {
@@ -1859,6 +1991,8 @@ opus_quant_register_avx2(struct opus_qtype_info *t)
 	t[OPUS_TYPE_Q5_K].vec_dot = q5_K_vec_dot_avx2;
 	t[OPUS_TYPE_Q6_K].vec_dot = q6_K_vec_dot_avx2;
 	t[OPUS_TYPE_Q8_K].from_float = q8_K_from_float_avx2;
+	opus_quant_register_rows(q5_1_vec_dot_avx2, q5_1_rows_avx2);
+	opus_quant_register_tile(q5_1_vec_dot_avx2, q5_1_tile_avx2);
 	if (use_avx512bw() && __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vnni"))
 	{
 		opus_quant_register_rows(q4_K_vec_dot_avx2, q4_K_rows_z);
