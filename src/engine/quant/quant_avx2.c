@@ -242,6 +242,74 @@ bf16_vec_dot_avx2(int64_t n, const void *w, const void *x)
 	return sum;
 }
 
+/*
+ * F16 / BF16 several rows of one activation row (decode): the activation
+ * row is converted to f32 once per call (exact), then each row runs
+ * f16_vec_dot_avx2's (bf16_vec_dot_avx2's) very FMAs against it, so the
+ * results are bit-identical and each row costs one conversion per 8
+ * elements instead of two.  Rows longer than XF_MAX take the row kernel.
+ */
+#define XF_MAX 16384
+static _Thread_local float xf_buf[XF_MAX] __attribute__((aligned(32)));
+
+static inline __attribute__((always_inline)) float
+f16_row_xf(int64_t n, const uint16_t *a, const float *xf, bool bf)
+{
+	__m256		acc0 = _mm256_setzero_ps(),
+				acc1 = _mm256_setzero_ps(),
+				acc2 = _mm256_setzero_ps(),
+				acc3 = _mm256_setzero_ps();
+	int64_t		i = 0;
+	float		sum;
+
+	for (; i + 32 <= n; i += 32)
+	{
+		_mm_prefetch((const char *) (a + i) + 1024, _MM_HINT_T0);
+		acc0 = _mm256_fmadd_ps(bf ? load_bf16x8(a + i) : load_f16x8(a + i), _mm256_load_ps(xf + i), acc0);
+		acc1 = _mm256_fmadd_ps(bf ? load_bf16x8(a + i + 8) : load_f16x8(a + i + 8), _mm256_load_ps(xf + i + 8), acc1);
+		acc2 = _mm256_fmadd_ps(bf ? load_bf16x8(a + i + 16) : load_f16x8(a + i + 16), _mm256_load_ps(xf + i + 16), acc2);
+		acc3 = _mm256_fmadd_ps(bf ? load_bf16x8(a + i + 24) : load_f16x8(a + i + 24), _mm256_load_ps(xf + i + 24), acc3);
+	}
+	for (; i + 8 <= n; i += 8)
+		acc0 = _mm256_fmadd_ps(bf ? load_bf16x8(a + i) : load_f16x8(a + i), _mm256_load_ps(xf + i), acc0);
+	sum = hsum_ps(_mm256_add_ps(_mm256_add_ps(acc0, acc1), _mm256_add_ps(acc2, acc3)));
+	for (; i < n; i++)
+		sum += (bf ? bf16(a[i]) : f16(a[i])) * xf[i];
+	return sum;
+}
+
+static inline __attribute__((always_inline)) void
+f16_rows_any(int64_t n, int n_rows, const void *w, size_t ws, const void *x, float *out, bool bf)
+{
+	const uint16_t *xh = x;
+	int64_t		i = 0;
+
+	if (n > XF_MAX)
+	{
+		for (int r = 0; r < n_rows; r++)
+			out[r] = (bf ? bf16_vec_dot_avx2 : f16_vec_dot_avx2) (n, (const uint8_t *) w + r * ws, x);
+		return;
+	}
+	for (; i + 8 <= n; i += 8)
+		_mm256_store_ps(xf_buf + i, bf ? load_bf16x8(xh + i) : load_f16x8(xh + i));
+	for (; i < n; i++)
+		xf_buf[i] = bf ? bf16(xh[i]) : f16(xh[i]);
+	for (int r = 0; r < n_rows; r++)
+		out[r] = f16_row_xf(n, (const uint16_t *) ((const uint8_t *) w + r * ws), xf_buf, bf);
+}
+
+static void
+f16_rows_avx2(int64_t n, int n_rows, const void *w, size_t ws, const void *x, float *out)
+{
+	f16_rows_any(n, n_rows, w, ws, x, out, false);
+}
+
+static void
+bf16_rows_avx2(int64_t n, int n_rows, const void *w, size_t ws, const void *x, float *out)
+{
+	f16_rows_any(n, n_rows, w, ws, x, out, true);
+}
+
 static void
 f16_to_float_avx2(const void *src, float *y, int64_t n)
 {
@@ -1992,6 +2060,8 @@ opus_quant_register_avx2(struct opus_qtype_info *t)
 	t[OPUS_TYPE_Q6_K].vec_dot = q6_K_vec_dot_avx2;
 	t[OPUS_TYPE_Q8_K].from_float = q8_K_from_float_avx2;
 	opus_quant_register_rows(q5_1_vec_dot_avx2, q5_1_rows_avx2);
+	opus_quant_register_rows(f16_vec_dot_avx2, f16_rows_avx2);
+	opus_quant_register_rows(bf16_vec_dot_avx2, bf16_rows_avx2);
 	opus_quant_register_tile(q5_1_vec_dot_avx2, q5_1_tile_avx2);
 	if (use_avx512bw() && __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vnni"))
 	{
