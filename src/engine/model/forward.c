@@ -881,9 +881,14 @@ forward_worker(void *arg, int ith, int nth)
 	bool		neox = (hp->arch != OPUS_ARCH_LLAMA);
 	float	   *scores = fs->scores + (size_t) ith * fs->scores_stride;
 	int			n_rep = hp->n_head / hp->n_head_kv;
-	int			n_sub = (n_rep + ATTN_MAX_HEADS - 1) / ATTN_MAX_HEADS;	/* units per KV group */
-	/* each attention unit ropes and stores its own token's K/V (decode batches) */
-	bool		fuse_kv = fs->single && n_sub == 1 && !m->layers[0].attn_q_norm;
+	/*
+	 * each attention unit ropes and stores its own token's K/V (decode
+	 * batches), which saves a barrier per layer: a unit is then a whole KV
+	 * group, its heads attended ATTN_MAX_HEADS at a time
+	 */
+	bool		fuse_kv = fs->single && !m->layers[0].attn_q_norm;
+	/* units per KV group: one when fused, else one per ATTN_MAX_HEADS heads */
+	int			n_sub = fuse_kv ? 1 : (n_rep + ATTN_MAX_HEADS - 1) / ATTN_MAX_HEADS;
 	enum opus_qtype types[MAX_SLOTS];
 	int			n_types;
 
@@ -961,22 +966,21 @@ forward_worker(void *arg, int ith, int nth)
 			step_barrier(&w);
 		}
 
-		/* attention: (token, KV group, up to 3 of the group's heads) units */
+		/* attention: (token, KV group[, up to 3 of the group's heads]) units */
 		for (;;)
 		{
 			int			u = claim(&w);
 			int			t = u / (hp->n_head_kv * n_sub);
 			int			g = u / n_sub % hp->n_head_kv;
-			int			j = u % n_sub * ATTN_MAX_HEADS;	/* first head within the group */
-			int			h0 = g * n_rep + j;
-			int			n_h = n_rep - j < ATTN_MAX_HEADS ? n_rep - j : ATTN_MAX_HEADS;
+			int			j0 = u % n_sub * ATTN_MAX_HEADS;	/* first head within the group */
+			int			j1 = fuse_kv ? n_rep : j0 + 1;
 
 			if (u >= N * hp->n_head_kv * n_sub)
 				break;
 			if (fuse_kv)
 			{
 				/* the whole group is this unit's: rope its q heads and k, store k, v */
-				opus_rope_apply(fs->q + (size_t) t * q_dim + (size_t) h0 * hd, n_h, hd,
+				opus_rope_apply(fs->q + (size_t) t * q_dim + (size_t) g * n_rep * hd, n_rep, hd,
 						   hp->rope_dim, neox,
 						   rcos + (size_t) t * half, rsin + (size_t) t * half);
 				opus_rope_apply(fs->k + (size_t) t * kv_dim + (size_t) g * hd, 1, hd,
@@ -984,10 +988,16 @@ forward_worker(void *arg, int ith, int nth)
 						   rcos + (size_t) t * half, rsin + (size_t) t * half);
 				store_kv(fs, il, t, g);
 			}
-			attend(fs, il, t, h0, n_h, scores);
-			if (fuse_att_q)
-				quantize_part(fs, fs->shared, SLOT_FUSED, wo_type, fs->att + (size_t) t * q_dim,
-							  q_dim, (int64_t) h0 * hd, (int64_t) n_h * hd, t);
+			for (int j = j0; j < j1; j += ATTN_MAX_HEADS)
+			{
+				int			h0 = g * n_rep + j;
+				int			n_h = n_rep - j < ATTN_MAX_HEADS ? n_rep - j : ATTN_MAX_HEADS;
+
+				attend(fs, il, t, h0, n_h, scores);
+				if (fuse_att_q)
+					quantize_part(fs, fs->shared, SLOT_FUSED, wo_type, fs->att + (size_t) t * q_dim,
+								  q_dim, (int64_t) h0 * hd, (int64_t) n_h * hd, t);
+			}
 		}
 		step_barrier(&w);
 
