@@ -24,6 +24,7 @@
 
 #include <immintrin.h>
 #include <math.h>
+#include <pthread.h>
 #include <string.h>
 
 #include "quant/qtype.h"
@@ -521,6 +522,57 @@ opus_fwd_attend_q8_0_avx2(const struct opus_attn_args *a)
 			attend_q8_n(3, a);
 			break;
 	}
+}
+
+/*
+ * GELU of every half (opus_fwd_gelu_ref's), as halves; one entry more so
+ * that the 32-bit gather of the last one stays inside.
+ */
+static uint16_t gelu_table[(1 << 16) + 2];
+static pthread_once_t gelu_once = PTHREAD_ONCE_INIT;
+
+static void
+gelu_table_init(void)
+{
+	static float y[1 << 16];
+
+	for (int i = 0; i < (1 << 16); i++)
+		y[i] = opus_fp16_to_fp32((uint16_t) i);
+	opus_fwd_gelu_ref(y, 1 << 16);
+	for (int i = 0; i < (1 << 16); i++)
+		gelu_table[i] = opus_fp32_to_fp16(y[i]);
+}
+
+/*
+ * Eight at a time: x to F16 (F16C, to nearest even as opus_fp32_to_fp16),
+ * the table's halves gathered and widened, then 0 where x <= -10 and x
+ * where x >= 10.  Within (-10, 10) gelu's F16 result is exact in the table.
+ */
+void
+opus_fwd_gelu_avx2(float *y, int64_t n)
+{
+	const __m256 lo = _mm256_set1_ps(-10.0f),
+				hi = _mm256_set1_ps(10.0f);
+	const __m256i low16 = _mm256_set1_epi32(0xffff);
+	int64_t		i = 0;
+
+	pthread_once(&gelu_once, gelu_table_init);
+	for (; i + 8 <= n; i += 8)
+	{
+		__m256		x = _mm256_loadu_ps(y + i);
+		__m256i		idx = _mm256_cvtepu16_epi32(_mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT));
+		__m256i		g = _mm256_and_si256(_mm256_i32gather_epi32((const int *) gelu_table, idx, 2),
+										 low16);
+		__m256i		p = _mm256_permute4x64_epi64(_mm256_packus_epi32(g, g), 0x08);
+		__m256		r = _mm256_cvtph_ps(_mm256_castsi256_si128(p));
+
+		r = _mm256_blendv_ps(r, x, _mm256_cmp_ps(x, hi, _CMP_GE_OQ));
+		r = _mm256_andnot_ps(_mm256_cmp_ps(x, lo, _CMP_LE_OQ), r);
+		_mm256_storeu_ps(y + i, r);
+	}
+	for (; i < n; i++)
+		y[i] = y[i] <= -10.0f ? 0.0f : y[i] >= 10.0f ? y[i] :
+			opus_fp16_to_fp32(gelu_table[opus_fp32_to_fp16(y[i])]);
 }
 
 void

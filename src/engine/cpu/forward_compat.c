@@ -70,6 +70,27 @@ opus_fwd_swiglu_ref(float *h, const float *g, const float *u, int64_t i0,
 }
 
 /*
+ * ggml's CPU gelu of one value (GGML_GELU_FP16): 0 at or below -10, x at
+ * or above 10, else the tanh approximation of x rounded to F16, itself
+ * rounded to F16 (ggml reads it from a table of all halves).
+ */
+static float
+gelu_f16(float x)
+{
+	float		xr,
+				y;
+
+	if (x <= -10.0f)
+		return 0.0f;
+	if (x >= 10.0f)
+		return x;
+	xr = opus_fp16_to_fp32(opus_fp32_to_fp16(x));
+	y = 0.5f * xr * (1.0f + tanhf(0.79788456080286535587989211986876f * xr *
+								  (1.0f + 0.044715f * xr * xr)));
+	return opus_fp16_to_fp32(opus_fp32_to_fp16(y));
+}
+
+/*
  * h[i] = gelu(g[i]) * u[i] for i in [i0, i1): ggml's CPU geglu, which reads
  * GELU from a table over F16 inputs: g rounded to F16, the tanh
  * approximation 0.5 x (1 + tanh(sqrt(2/pi) x (1 + 0.044715 x^2))) of that
@@ -82,23 +103,14 @@ opus_fwd_geglu_ref(float *h, const float *g, const float *u, int64_t i0,
 {
 	(void) n;
 	for (int64_t i = i0; i < i1; i++)
-	{
-		float		x = g[i];
+		h[i] = g[i] <= -10.0f ? 0.0f : gelu_f16(g[i]) * u[i];
+}
 
-		if (x <= -10.0f)
-			h[i] = 0.0f;
-		else if (x >= 10.0f)
-			h[i] = x * u[i];
-		else
-		{
-			float		xr = opus_fp16_to_fp32(opus_fp32_to_fp16(x));
-			float		y = 0.5f * xr *
-				(1.0f + tanhf(0.79788456080286535587989211986876f * xr *
-							  (1.0f + 0.044715f * xr * xr)));
-
-			h[i] = opus_fp16_to_fp32(opus_fp32_to_fp16(y)) * u[i];
-		}
-	}
+void
+opus_fwd_gelu_ref(float *y, int64_t n)
+{
+	for (int64_t i = 0; i < n; i++)
+		y[i] = gelu_f16(y[i]);
 }
 
 /*

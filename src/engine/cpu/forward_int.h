@@ -109,6 +109,16 @@ void		opus_fwd_swiglu_avx2(float *h, const float *g, const float *u,
 								 int64_t i0, int64_t i1, int64_t n);
 
 /*
+ * y[i] = gelu(y[i]) for i < n, as ggml's CPU gelu (what opus_fwd_geglu_ref
+ * computes with u = 1); the AVX2 version reads a table of all halves,
+ * built on first use.  Same bits (for inputs that are not NaN).
+ */
+typedef void (*opus_gelu_fn) (float *y, int64_t n);
+
+void		opus_fwd_gelu_ref(float *y, int64_t n);
+void		opus_fwd_gelu_avx2(float *y, int64_t n);
+
+/*
  * Q8_0 / Q8_1 activation rows (n a multiple of 32) quantized as ggml's x86
  * CPU backend does before a matrix product (its reference quantizer, which
  * quantize.c reproduces for weights, differs in the last bit of the scale

@@ -24,7 +24,9 @@
  * LayerNorm as ggml_norm (sums in double), GELU as ggml's CPU table (the
  * tanh approximation over F16 inputs, cpu/forward_compat.c), SiLU as the
  * decoder's SwiGLU kernel, RoPE as the decoder's (model/forward.c),
- * products with the weight type's vec_dot (activations converted to its
+ * products of F32 and F16 weights in the order of llama.cpp's batched CPU
+ * matmul (cpu/gemm_float.h, activations in the weight's type), the others
+ * with the weight type's vec_dot (activations converted to its
  * vec_dot_type; Q8_0 / Q8_1 ones by the decoder's quantizers, which round
  * as ggml's CPU backend does).
  *
@@ -36,13 +38,13 @@
 #include "model/model_int.h"
 
 #include <math.h>
-#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cpu/forward_int.h"
+#include "cpu/gemm_float.h"
 
 struct opus_bert_layer
 {
@@ -323,39 +325,6 @@ opus_bert_free(struct opus_bert *b)
 	free(b);
 }
 
-/* ---- GELU: ggml's CPU table over F16 inputs ---- */
-
-static uint16_t gelu_table[1 << 16];
-static pthread_once_t gelu_once = PTHREAD_ONCE_INIT;
-
-static void
-gelu_init(void)
-{
-	/* gemma3's GeGLU kernel with an up projection of ones: gelu itself */
-	static float x[1 << 16],
-				one[1 << 16],
-				y[1 << 16];
-
-	for (int i = 0; i < (1 << 16); i++)
-	{
-		x[i] = opus_fp16_to_fp32((uint16_t) i);
-		one[i] = 1.0f;
-	}
-	opus_fwd_geglu_ref(y, x, one, 0, 1 << 16, 1 << 16);
-	for (int i = 0; i < (1 << 16); i++)
-		gelu_table[i] = opus_fp32_to_fp16(y[i]);
-}
-
-static inline float
-gelu(float x)
-{
-	if (x <= -10.0f)
-		return 0.0f;
-	if (x >= 10.0f)
-		return x;
-	return opus_fp16_to_fp32(gelu_table[opus_fp32_to_fp16(x)]);
-}
-
 /* ---- run state ---- */
 
 enum phase
@@ -369,7 +338,9 @@ enum phase
 	PH_POOL,					/* inputs */
 };
 
-#define MM_CHUNK 16
+#define MM_CHUNK 16				/* output rows a thread claims */
+#define MM_TOKENS 48			/* tokens of a chunk computed at once */
+#define ATT_QB 64				/* attention: query rows scored at once */
 #define MAX_JOBS 3
 
 struct mm_job
@@ -396,10 +367,14 @@ struct opus_encoder
 			   *h,
 			   *g;				/* nomic-bert: the gate's output [max_tokens][n_ff], else NULL */
 	uint8_t    *act;			/* activations in a vec_dot_type */
-	float	   *scores;			/* [n_threads][n_ctx_train] */
+	float	   *scores;			/* [n_threads][att_scratch]: attend_one's */
+	size_t		att_scratch;	/* floats: ATT_QB * n_ctx_train + head_dim * n_ctx_train */
 	opus_swiglu_fn swiglu;		/* the decoder's SwiGLU kernel (llama.cpp's arithmetic) */
 	opus_act_quant_fn act_q8_0;	/* Q8_0 / Q8_1 activations as ggml's CPU quantizes them */
 	opus_act_quant_fn act_q8_1;
+	opus_gemm_fn gemm_f32;		/* F32 / F16 weights: llama.cpp's batched order */
+	opus_gemm_fn gemm_f16;
+	opus_gelu_fn gelu;			/* ggml's CPU gelu (its F16 table) */
 
 	/* the current pass */
 	enum phase	phase;
@@ -413,6 +388,7 @@ struct opus_encoder
 	int64_t		src_n;
 	enum opus_qtype act_type;
 	size_t		act_row;
+	const uint8_t *actp;		/* the activations a matmul reads: act, or src when F32 */
 	struct mm_job jobs[MAX_JOBS];
 	int			n_jobs;
 	const float *ln_w,
@@ -469,8 +445,16 @@ row_pos(const struct opus_encoder *e, int t, int *item)
 	return t - e->start[lo];
 }
 
+/*
+ * Attention of one (input, head) pair, as llama.cpp's graph computes it
+ * without flash attention: scores S = K Q^T (per query row, over the
+ * input's keys), softmax(S * scale) per row, out = P V, both products in
+ * llama.cpp's batched order (e->gemm_f32).  Queries go ATT_QB at a time;
+ * scratch holds ATT_QB * n_ctx_train scores and the head's V transposed,
+ * [head_dim][n].
+ */
 static void
-attend_one(struct opus_encoder *e, int it, int head, float *scores)
+attend_one(struct opus_encoder *e, int it, int head, float *scratch)
 {
 	const struct opus_hparams *hp = &e->m->hp;
 	int			E = hp->n_embd,
@@ -478,8 +462,9 @@ attend_one(struct opus_encoder *e, int it, int head, float *scores)
 				n = e->items[it].n_tokens,
 				t0 = e->start[it];
 	float		scale = 1.0f / sqrtf((float) hd);
-	opus_vec_dot_fn dot = opus_qtype_info(OPUS_TYPE_F32)->vec_dot;
 	const struct opus_bert *b = e->b;
+	float	   *vt = scratch + (size_t) ATT_QB * hp->n_ctx_train;
+	const float *k = e->k + (size_t) t0 * E + head * hd;
 
 	/* nomic-bert: this (input, head) pair owns these q and k slices: rope them */
 	if (b->rope_cos)
@@ -494,36 +479,43 @@ attend_one(struct opus_encoder *e, int it, int head, float *scores)
 							b->rope_cos + (size_t) i * half, b->rope_sin + (size_t) i * half);
 		}
 	}
-	for (int i = 0; i < n; i++)
+	for (int j = 0; j < n; j++)
 	{
-		const float *qi = e->q + (size_t) (t0 + i) * E + head * hd;
-		float	   *o = e->att + (size_t) (t0 + i) * E + head * hd;
-		float		mx = -INFINITY;
-		double		sum = 0.0;
-		float		inv;
+		const float *vj = e->v + (size_t) (t0 + j) * E + head * hd;
 
-		for (int j = 0; j < n; j++)
-		{
-			scores[j] = dot(hd, e->k + (size_t) (t0 + j) * E + head * hd, qi) * scale;
-			if (scores[j] > mx)
-				mx = scores[j];
-		}
-		for (int j = 0; j < n; j++)
-		{
-			scores[j] = expf(scores[j] - mx);
-			sum += (double) scores[j];
-		}
-		inv = (float) (1.0 / sum);
 		for (int d = 0; d < hd; d++)
-			o[d] = 0.0f;
-		for (int j = 0; j < n; j++)
-		{
-			const float *vj = e->v + (size_t) (t0 + j) * E + head * hd;
-			float		p = scores[j] * inv;
+			vt[(size_t) d * n + j] = vj[d];
+	}
+	for (int i0 = 0; i0 < n; i0 += ATT_QB)
+	{
+		int			ni = n - i0 < ATT_QB ? n - i0 : ATT_QB;
 
-			for (int d = 0; d < hd; d++)
-				o[d] += p * vj[d];
+		e->gemm_f32(hd, n, k, sizeof(float) * E, ni, e->q + (size_t) (t0 + i0) * E + head * hd,
+					sizeof(float) * E, scratch, n);
+		for (int i = 0; i < ni; i++)
+		{
+			float	   *s = scratch + (size_t) i * n;
+			float		mx = -INFINITY;
+			double		sum = 0.0;
+			float		inv;
+
+			for (int j = 0; j < n; j++)
+			{
+				s[j] = s[j] * scale;
+				if (s[j] > mx)
+					mx = s[j];
+			}
+			for (int j = 0; j < n; j++)
+			{
+				s[j] = expf(s[j] - mx);
+				sum += (double) s[j];
+			}
+			inv = (float) (1.0 / sum);
+			for (int j = 0; j < n; j++)
+				s[j] = s[j] * inv;
 		}
+		e->gemm_f32(n, hd, vt, sizeof(float) * n, ni, scratch, sizeof(float) * n,
+					e->att + (size_t) (t0 + i0) * E + head * hd, E);
 	}
 }
 
@@ -632,27 +624,39 @@ worker(void *arg, int ith, int nth)
 				job = &e->jobs[j];
 				r0 = (int64_t) c * MM_CHUNK;
 				nr = job->w->n_out - r0 < MM_CHUNK ? job->w->n_out - r0 : MM_CHUNK;
-				opus_vec_dot_tile(job->w->qi->vec_dot, job->w->n_in, (int) nr,
-								  job->w->data + (size_t) r0 * job->w->row_bytes,
-								  job->w->row_bytes, e->T, e->act, e->act_row,
-								  job->dst + r0, (int) job->w->n_out);
-				for (int t = 0; t < e->T; t++)
+				/* blocks of MM_TOKENS tokens: bias and GELU while the block is in L1 */
+				for (int t0 = 0; t0 < e->T; t0 += MM_TOKENS)
 				{
-					float	   *d = job->dst + (size_t) t * job->w->n_out + r0;
+					int			nt = e->T - t0 < MM_TOKENS ? e->T - t0 : MM_TOKENS;
+					const uint8_t *wr = job->w->data + (size_t) r0 * job->w->row_bytes;
+					const uint8_t *xt = e->actp + (size_t) t0 * e->act_row;
+					float	   *dt = job->dst + (size_t) t0 * job->w->n_out + r0;
 
-					if (job->bias)
-						for (int64_t r = 0; r < nr; r++)
-							d[r] = d[r] + job->bias[r0 + r];
-					if (job->gelu)
-						for (int64_t r = 0; r < nr; r++)
-							d[r] = gelu(d[r]);
+					if (job->w->type == OPUS_TYPE_F32 || job->w->type == OPUS_TYPE_F16)
+						(job->w->type == OPUS_TYPE_F32 ? e->gemm_f32 : e->gemm_f16)
+							(job->w->n_in, (int) nr, wr, job->w->row_bytes, nt, xt, e->act_row,
+							 dt, job->w->n_out);
+					else
+						opus_vec_dot_tile(job->w->qi->vec_dot, job->w->n_in, (int) nr, wr,
+										  job->w->row_bytes, nt, xt, e->act_row, dt,
+										  (int) job->w->n_out);
+					for (int t = 0; t < nt; t++)
+					{
+						float	   *d = dt + (size_t) t * job->w->n_out;
+
+						if (job->bias)
+							for (int64_t r = 0; r < nr; r++)
+								d[r] = d[r] + job->bias[r0 + r];
+						if (job->gelu)
+							e->gelu(d, nr);
+					}
 				}
 			}
 			break;
 		case PH_ATTEND:
 			while ((u = claim(e)) < e->n_items * hp->n_head)
 				attend_one(e, u / hp->n_head, u % hp->n_head,
-						   e->scores + (size_t) ith * hp->n_ctx_train);
+						   e->scores + (size_t) ith * e->att_scratch);
 			break;
 		case PH_ADDNORM:
 			while ((u = claim(e)) < e->T)
@@ -688,7 +692,10 @@ run(struct opus_encoder *e, enum phase ph)
 	opus_pool_run(e->pool, worker, e);
 }
 
-/* Convert src ([T][n] f32) to w's activation type into e->act. */
+/*
+ * Convert src ([T][n] f32) to w's activation type into e->act (F32: read
+ * src itself); e->actp points to the result.
+ */
 static void
 quantize(struct opus_encoder *e, const float *src, const struct opus_wmat *w)
 {
@@ -696,6 +703,12 @@ quantize(struct opus_encoder *e, const float *src, const struct opus_wmat *w)
 	e->src_n = w->n_in;
 	e->act_type = w->qi->vec_dot_type;
 	(void) opus_qtype_row_size(e->act_type, w->n_in, &e->act_row);
+	if (e->act_type == OPUS_TYPE_F32)
+	{
+		e->actp = (const uint8_t *) src;
+		return;
+	}
+	e->actp = e->act;
 	run(e, PH_QUANT);
 }
 
@@ -833,7 +846,6 @@ opus_encoder_create(const struct opus_model *m, int n_threads, int max_batch_tok
 	if (max_batch_tokens > (1 << 20))
 		return opus_error_set(err, OPUS_ERR_INVALID_ARG,
 							  "max batch tokens %d out of range", max_batch_tokens);
-	pthread_once(&gelu_once, gelu_init);
 	e = calloc(1, sizeof(*e));
 	if (!e)
 		return opus_error_set(err, OPUS_ERR_NOMEM, "out of memory creating an encoder");
@@ -862,15 +874,22 @@ opus_encoder_create(const struct opus_model *m, int n_threads, int max_batch_tok
 		e->swiglu = opus_fwd_swiglu_avx2;
 		e->act_q8_0 = opus_act_q8_0_avx2;
 		e->act_q8_1 = opus_act_q8_1_avx2;
+		e->gemm_f32 = opus_gemm_f32_avx2;
+		e->gemm_f16 = opus_gemm_f16_avx2;
+		e->gelu = opus_fwd_gelu_avx2;
 	}
 	else
 	{
 		e->swiglu = opus_fwd_swiglu_ref;
 		e->act_q8_0 = opus_act_q8_0_ref;
 		e->act_q8_1 = opus_act_q8_1_ref;
+		e->gemm_f32 = opus_gemm_f32_ref;
+		e->gemm_f16 = opus_gemm_f16_ref;
+		e->gelu = opus_fwd_gelu_ref;
 	}
 	e->act = malloc(T * max_act_row(e->b, hp->n_layer));
-	e->scores = malloc((size_t) n_threads * (size_t) hp->n_ctx_train * sizeof(float));
+	e->att_scratch = (size_t) (ATT_QB + hp->head_dim) * (size_t) hp->n_ctx_train;
+	e->scores = malloc((size_t) n_threads * e->att_scratch * sizeof(float));
 	if (!e->x || !e->q || !e->k || !e->v || !e->att || !e->y || !e->h || !e->act || !e->scores)
 	{
 		opus_encoder_free(e);
