@@ -80,6 +80,13 @@ SELECT c->'choices'->0->'delta'->'tool_calls'->0->'function' AS stream_call,
 FROM (SELECT c, row_number() OVER () AS n, count(*) OVER () AS total
       FROM opus_chat_stream_completion(:'echo', max_tokens => 40, temperature => 0, tools => :'tools') AS c) AS s
 WHERE n = total;
+-- each streamed call carries its position, as OpenAI's delta.tool_calls[].index
+-- (a client assembles calls by it); message.tool_calls above have none
+SELECT jsonb_path_query_array(c, '$.choices[0].delta.tool_calls[*].index') AS stream_indexes,
+       c->'choices'->0->'delta'->'tool_calls'->0->>'id' LIKE 'call\_%' AS has_id
+FROM (SELECT c, row_number() OVER () AS n, count(*) OVER () AS total
+      FROM opus_chat_stream_completion(:'echo', max_tokens => 40, temperature => 0, tools => :'tools') AS c) AS s
+WHERE n = total;
 SELECT count(*) FILTER (WHERE c->'choices'->0->'delta' ? 'tool_calls') AS chunks_with_calls,
        bool_and(c->'choices'->0->>'finish_reason' IS DISTINCT FROM 'tool_calls') AS no_tool_finish
 FROM opus_chat_stream_completion(:'echo', max_tokens => 40, temperature => 0) AS c;

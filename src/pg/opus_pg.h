@@ -365,7 +365,7 @@ extern void OpusParseEmbedRequest(FunctionCallInfo fcinfo, OpusRequest *req);
 
 /* ---- tool calls in a chat answer (toolcalls.c) ---- */
 extern int	OpusParseToolCalls(const char *content, size_t len, const char *id_prefix,
-							   StringInfo calls, char **rest);
+							   bool indexed, StringInfo calls, char **rest);
 
 /* ---- DROP EXTENSION guard (dropguard.c) ---- */
 extern void OpusRegisterDropGuard(void);

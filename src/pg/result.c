@@ -94,7 +94,7 @@ OpusCompletionJsonb(bool chat, bool tools, const OpusResult *res)
 
 	snprintf(call_prefix, sizeof(call_prefix), "call_%016llx_", (unsigned long long) r);
 	if (chat && tools)
-		n_calls = OpusParseToolCalls(content, strlen(content), call_prefix, &calls, &rest);
+		n_calls = OpusParseToolCalls(content, strlen(content), call_prefix, false, &calls, &rest);
 	if (n_calls > 0 && res->finish == OPUS_PROTO_FINISH_STOP)
 		finish = "tool_calls";
 

@@ -287,8 +287,9 @@ flush_client(void)
  * One chat.completion.chunk / text_completion chunk as jsonb: content (a
  * text chunk), or the final chunk (res given).  A stream with tools ends
  * with the answer's tool calls (toolcalls.c), if it is one, in the last
- * chunk's delta and finish_reason "tool_calls"; its text came as content
- * chunks before, as it was generated.
+ * chunk's delta (each call with its "index", as OpenAI's chunks have
+ * them) and finish_reason "tool_calls"; its text came as content chunks
+ * before, as it was generated.
  */
 static Datum
 chunk_jsonb(OpusStream *st, const char *content, const OpusResult *res)
@@ -305,7 +306,7 @@ chunk_jsonb(OpusStream *st, const char *content, const OpusResult *res)
 
 		snprintf(prefix, sizeof(prefix), "call_%016llx_",
 				 (unsigned long long) pg_prng_uint64(&pg_global_prng_state));
-		if (OpusParseToolCalls(st->text.data, st->text.len, prefix, &c, &rest) > 0)
+		if (OpusParseToolCalls(st->text.data, st->text.len, prefix, true, &c, &rest) > 0)
 		{
 			calls = c.data;
 			if (res->finish == OPUS_PROTO_FINISH_STOP)

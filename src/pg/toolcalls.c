@@ -83,10 +83,11 @@ find(const char *s, size_t len, const char *what)
 
 /*
  * One call object (v, a jbvBinary) appended to calls as an OpenAI tool call
- * numbered i; false if it is not an object with a string "name".
+ * numbered i (with indexed, led by "index": i, as a stream chunk's delta has
+ * it); false if it is not an object with a string "name".
  */
 static bool
-append_call(StringInfo calls, const JsonbValue *v, const char *id_prefix, int i)
+append_call(StringInfo calls, const JsonbValue *v, const char *id_prefix, bool indexed, int i)
 {
 	JsonbValue	name;
 	JsonbValue	args;
@@ -113,7 +114,10 @@ append_call(StringInfo calls, const JsonbValue *v, const char *id_prefix, int i)
 		args_s = "{}";
 	if (calls->len > 1)
 		appendStringInfoString(calls, ", ");
-	appendStringInfo(calls, "{\"id\": \"%s%d\", \"type\": \"function\", \"function\": {\"name\": ",
+	appendStringInfoChar(calls, '{');
+	if (indexed)
+		appendStringInfo(calls, "\"index\": %d, ", i);
+	appendStringInfo(calls, "\"id\": \"%s%d\", \"type\": \"function\", \"function\": {\"name\": ",
 					 id_prefix, i);
 	escape_json(calls, name_s);
 	appendStringInfoString(calls, ", \"arguments\": ");
@@ -128,7 +132,7 @@ append_call(StringInfo calls, const JsonbValue *v, const char *id_prefix, int i)
  */
 static int
 parse_calls(StringInfo calls, const char *s, size_t len, bool allow_array,
-			const char *id_prefix, int first)
+			const char *id_prefix, bool indexed, int first)
 {
 	Jsonb	   *jb;
 	JsonbValue	root;
@@ -148,7 +152,7 @@ parse_calls(StringInfo calls, const char *s, size_t len, bool allow_array,
 		{
 			JsonbValue *e = getIthJsonbValueFromContainer(&jb->root, i);
 
-			if (e == NULL || !append_call(calls, e, id_prefix, first + n))
+			if (e == NULL || !append_call(calls, e, id_prefix, indexed, first + n))
 				return -1;
 			n++;
 		}
@@ -159,17 +163,19 @@ parse_calls(StringInfo calls, const char *s, size_t len, bool allow_array,
 	root.type = jbvBinary;
 	root.val.binary.data = &jb->root;
 	root.val.binary.len = VARSIZE(jb) - VARHDRSZ;
-	return append_call(calls, &root, id_prefix, first) ? 1 : -1;
+	return append_call(calls, &root, id_prefix, indexed, first) ? 1 : -1;
 }
 
 /*
  * Tool calls in content[0..len) (database encoding): returns their number
  * (0: none, the answer is plain content), with calls set to a JSON array of
  * OpenAI tool calls and *rest to the text outside them (trimmed; NULL when
- * empty).  calls is initialised here.
+ * empty).  With indexed, each call carries its position ("index": 0, 1,
+ * ...) as OpenAI's chat.completion.chunk deltas do.  calls is initialised
+ * here.
  */
 int
-OpusParseToolCalls(const char *content, size_t len, const char *id_prefix,
+OpusParseToolCalls(const char *content, size_t len, const char *id_prefix, bool indexed,
 				   StringInfo calls, char **rest)
 {
 	static const char open_tag[] = "<tool_call>";
@@ -198,7 +204,7 @@ OpusParseToolCalls(const char *content, size_t len, const char *id_prefix,
 			int			k;
 
 			appendBinaryStringInfo(&text, s, (int) (p - s));
-			k = parse_calls(calls, body, body_len, false, id_prefix, n);
+			k = parse_calls(calls, body, body_len, false, id_prefix, indexed, n);
 			if (k < 0)
 				goto none;
 			n += k;
@@ -212,7 +218,7 @@ OpusParseToolCalls(const char *content, size_t len, const char *id_prefix,
 		const char *body = p + strlen(mistral);
 
 		appendBinaryStringInfo(&text, content, (int) (p - content));
-		n = parse_calls(calls, body, (size_t) (content + len - body), true, id_prefix, 0);
+		n = parse_calls(calls, body, (size_t) (content + len - body), true, id_prefix, indexed, 0);
 		if (n < 0)
 			goto none;
 	}
@@ -227,7 +233,7 @@ OpusParseToolCalls(const char *content, size_t len, const char *id_prefix,
 			s += strlen(python_tag);
 			l -= strlen(python_tag);
 		}
-		n = parse_calls(calls, s, l, false, id_prefix, 0);
+		n = parse_calls(calls, s, l, false, id_prefix, indexed, 0);
 		if (n < 0)
 			goto none;
 	}
@@ -259,7 +265,7 @@ opus_tool_calls(PG_FUNCTION_ARGS)
 	StringInfoData calls;
 	char	   *rest;
 
-	if (OpusParseToolCalls(VARDATA_ANY(t), VARSIZE_ANY_EXHDR(t), "call_", &calls, &rest) == 0)
+	if (OpusParseToolCalls(VARDATA_ANY(t), VARSIZE_ANY_EXHDR(t), "call_", false, &calls, &rest) == 0)
 		PG_RETURN_NULL();
 	PG_RETURN_DATUM(DirectFunctionCall1(jsonb_in, CStringGetDatum(calls.data)));
 }
