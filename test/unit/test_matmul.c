@@ -8,7 +8,7 @@
  * lane's accumulator; at the end ((a0+a4)+(a2+a6)) + ((a1+a5)+(a3+a7)), and
  * for Q4_1 plus the separately fused sum of m_w * s_x.
  *
- * For Q4_1 (x Q8_1) and Q8_0 (x Q8_0) weights, random rows of several
+ * For Q4_1 (x Q8_1), Q8_0 and Q5_0 (x Q8_0) weights, random rows of several
  * lengths (including ones past the scaled form's stack limit, so both the
  * direct and the scaled form run), every group size C = 1..8, with and
  * without AVX-VNNI: each kernel output must equal the model exactly, so a
@@ -77,7 +77,7 @@ model_dot(enum opus_qtype wt, int nb, const uint8_t *w, const uint8_t *x)
 		}
 		else
 		{
-			wb = w + (size_t) b * 34;
+			wb = w + (size_t) b * (wt == OPUS_TYPE_Q5_0 ? 22 : 34);
 			xb = x + (size_t) b * 34;
 			xq = (const int8_t *) (xb + 2);
 		}
@@ -103,6 +103,14 @@ model_dot(enum opus_qtype wt, int nb, const uint8_t *w, const uint8_t *x)
 
 				if (wt == OPUS_TYPE_Q4_1)
 					q = k < 16 ? (wb[4 + k] & 15) : (wb[4 + k - 16] >> 4);
+				else if (wt == OPUS_TYPE_Q5_0)
+				{
+					uint32_t	qh;
+
+					memcpy(&qh, wb + 2, sizeof(qh));
+					q = (k < 16 ? (wb[6 + k] & 15) : (wb[6 + k - 16] >> 4)) +
+						(int) (((qh >> k) & 1) << 4) - 16;
+				}
 				else
 					q = (int8_t) wb[2 + k];
 				isum += q * xq[k];
@@ -255,7 +263,7 @@ int
 main(void)
 {
 	static const int nbs[] = {1, 3, 18, 48, 128, 129, 300};
-	static const enum opus_qtype types[] = {OPUS_TYPE_Q4_1, OPUS_TYPE_Q8_0};
+	static const enum opus_qtype types[] = {OPUS_TYPE_Q4_1, OPUS_TYPE_Q8_0, OPUS_TYPE_Q5_0};
 
 	opus_qtype_init_cpu(false);
 	if (strcmp(opus_qtype_cpu_variant(), "avx2") != 0)
@@ -264,7 +272,7 @@ main(void)
 		CHECK(opus_mm_rows_avx2 != NULL, "placeholder");
 		return UNIT_DONE();
 	}
-	CHECK(opus_mm_rows_avx2(OPUS_TYPE_Q5_0, 8, true) == NULL &&
+	CHECK(opus_mm_rows_avx2(OPUS_TYPE_Q5_1, 8, true) == NULL &&
 		  opus_mm_rows_avx2(OPUS_TYPE_Q4_1, 0, true) == NULL &&
 		  opus_mm_rows_avx2(OPUS_TYPE_Q4_1, 9, true) == NULL,
 		  "no kernel for other types or group sizes");

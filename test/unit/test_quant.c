@@ -16,7 +16,7 @@
  *  (e) the K-quant multi-token orders (opus_vec_dot_llama_batch): which
  *      type and token count gets which; AVX2 and reference bit-identical,
  *      both within the vec_dot tolerance;
- *  (f) the Q4_0 tile kernels bit-identical to Q4_0's vec_dot;
+ *  (f) the Q4_0 and Q5_0 tile kernels bit-identical to their vec_dot;
  *  (g) opus_vec_dot_rows bit-identical to the dot product row by row;
  * plus known-answer blocks that pin the bit layouts (nibble order, fifth
  * bits, 6-bit K scales, Q6_K packing) and the table/registration contract.
@@ -608,6 +608,101 @@ test_q4_0_tiles(void)
 	printf("  Q4_0  tile kernels == vec_dot at %d of %d outputs\n", n_run - n_bad, n_run);
 }
 
+/*
+ * ---- (f'): the Q5_0 tile kernels of the forward pass (matmul_avx2.c) ----
+ * Q5_0's vec_dot is llama.cpp's order; the tile kernels must give its bits
+ * for every token, 1..16 tokens run as the forward pass runs them (groups
+ * of 8, then the rest), row ranges that start anywhere and end anywhere
+ * (a unit's split of the matrix), AVX2 and AVX-VNNI, with and without the
+ * 512-bit kernels (OPUS_NO_AVX512); and stay within vec_dot's tolerance of
+ * the scalar reference (vec_dot_ref).
+ */
+static void
+test_q5_0_tiles_one(const char *variant)
+{
+	enum
+	{
+		NB = 20, ROWS = 19, TOK = 16
+	};
+	static opus_block_q5_0 w[ROWS * NB];
+	static opus_block_q8_0 xq[TOK * NB];
+	static float x[ROWS * NB * 32],
+				xs[2][NB * 8],
+				out[ROWS * 8];
+	const struct opus_qtype_info *wi = opus_qtype_info(OPUS_TYPE_Q5_0);
+	const struct opus_qtype_info *xi = opus_qtype_info(OPUS_TYPE_Q8_0);
+	int			n_bad = 0,
+				n_far = 0,
+				n_run = 0;
+
+	fill(x, ROWS * NB * 32, DATA_OUTLIERS);
+	wi->from_float(x, w, ROWS * NB * 32);
+	fill(x, TOK * NB * 32, DATA_NORMAL);
+	for (int t = 0; t < TOK; t++)
+	{
+		xi->from_float(x + t * NB * 32, xq + t * NB, NB * 32);
+		for (int b = 0; b < NB; b++)
+			xs[t / 8][b * 8 + t % 8] = opus_fp16_to_fp32(xq[t * NB + b].d);
+	}
+	for (int vnni = 0; vnni < 2; vnni++)
+		for (int n_tok = 1; n_tok <= TOK; n_tok++)
+			for (int r0 = 0; r0 < ROWS; r0 += 5)
+				for (int r1 = r0 + 1; r1 <= ROWS; r1 += 3)
+					for (int t0 = 0; t0 < n_tok; t0 += 8)
+					{
+						int			C = n_tok - t0 < 8 ? n_tok - t0 : 8;
+						opus_mm_rows_fn fn = opus_mm_rows_avx2(OPUS_TYPE_Q5_0, C, vnni != 0);
+
+						CHECK(fn != NULL, "Q5_0 tile kernel for C=%d vnni=%d", C, vnni);
+						if (!fn)
+							return;
+						fn(NB, r1 - r0, (const uint8_t *) (w + r0 * NB), sizeof(opus_block_q5_0) * NB,
+						   (const uint8_t *) (xq + t0 * NB), sizeof(opus_block_q8_0) * NB, xs[t0 / 8], out);
+						for (int r = r0; r < r1; r++)
+							for (int c = 0; c < C; c++)
+							{
+								const opus_block_q8_0 *xt = xq + (t0 + c) * NB;
+								float		v = wi->vec_dot(NB * 32, w + r * NB, xt);
+								float		ref = wi->vec_dot_ref(NB * 32, w + r * NB, xt);
+								double		mag = 0.0;
+
+								for (int b = 0; b < NB; b++)
+									for (int k = 0; k < 32; k++)
+									{
+										int			q = ((k < 16 ? w[r * NB + b].qs[k] & 15 : w[r * NB + b].qs[k - 16] >> 4) |
+														 (((w[r * NB + b].qh[k / 8] >> (k % 8)) & 1) << 4)) - 16;
+
+										mag += fabs((double) q * opus_fp16_to_fp32(w[r * NB + b].d) *
+													xt[b].qs[k] * opus_fp16_to_fp32(xt[b].d));
+									}
+								n_run++;
+								n_bad += memcmp(&v, &out[(r - r0) * 8 + c], sizeof(float)) != 0;
+								n_far += fabs((double) out[(r - r0) * 8 + c] - ref) > 1e-5 * mag + 1e-30;
+							}
+					}
+	CHECK(n_bad == 0, "%s: Q5_0 tile kernels equal vec_dot bit for bit (%d of %d differ)",
+		  variant, n_bad, n_run);
+	CHECK(n_far == 0, "%s: Q5_0 tile kernels within 1e-5 sum|wx| of vec_dot_ref (%d of %d not)",
+		  variant, n_far, n_run);
+	printf("  Q5_0  tile kernels (%s) == vec_dot at %d of %d outputs, near vec_dot_ref at %d\n",
+		   variant, n_run - n_bad, n_run, n_run - n_far);
+}
+
+static void
+test_q5_0_tiles(void)
+{
+	opus_qtype_init_cpu(false);
+	if (strcmp(opus_qtype_cpu_variant(), "avx2") != 0)
+	{
+		printf("  SKIP: no AVX2; Q5_0 tile kernels not run\n");
+		return;
+	}
+	test_q5_0_tiles_one("default");
+	setenv("OPUS_NO_AVX512", "1", 1);
+	test_q5_0_tiles_one("OPUS_NO_AVX512");
+	unsetenv("OPUS_NO_AVX512");
+}
+
 /* ---- known-answer blocks: the bit layouts ---- */
 
 static void
@@ -1008,6 +1103,7 @@ main(void)
 	test_avx2();
 	test_llama_batch_order();
 	test_q4_0_tiles();
+	test_q5_0_tiles();
 	test_rows();
 	return UNIT_DONE();
 }

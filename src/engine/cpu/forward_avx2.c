@@ -651,6 +651,40 @@ opus_fwd_swiglu_avx2(float *h, const float *g, const float *u, int64_t i0,
 		opus_fwd_swiglu_ref(h, g, u, i, i1, n);
 }
 
+/*
+ * h[i] = gelu(g[i]) * u[i], opus_fwd_geglu_ref's bits: g rounded to F16
+ * (F16C, to nearest even, as opus_fp32_to_fp16), its GELU gathered from
+ * opus_fwd_gelu_table and widened, times u; lanes at or below -10 give 0,
+ * at or above 10 g * u.
+ */
+void
+opus_fwd_geglu_avx2(float *h, const float *g, const float *u, int64_t i0,
+					int64_t i1, int64_t n)
+{
+	const int  *tab = (const int *) opus_fwd_gelu_table();
+	const __m256i low16 = _mm256_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, -1, -1, -1, -1, -1, -1, -1, -1,
+										   0, 1, 4, 5, 8, 9, 12, 13, -1, -1, -1, -1, -1, -1, -1, -1);
+	const __m256 lo = _mm256_set1_ps(-10.0f);
+	const __m256 hi = _mm256_set1_ps(10.0f);
+	int64_t		i = i0;
+
+	for (; i + 8 <= i1; i += 8)
+	{
+		__m256		x = _mm256_loadu_ps(g + i);
+		__m256		uv = _mm256_loadu_ps(u + i);
+		__m256i		idx = _mm256_cvtepu16_epi32(_mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT));
+		/* 32 bits at entry idx: the entry in the low half (little-endian) */
+		__m256i		t = _mm256_shuffle_epi8(_mm256_i32gather_epi32(tab, idx, 2), low16);
+		__m256		y = _mm256_cvtph_ps(_mm256_castsi256_si128(_mm256_permute4x64_epi64(t, 0x08)));
+		__m256		r = _mm256_blendv_ps(_mm256_mul_ps(y, uv), _mm256_mul_ps(x, uv),
+										 _mm256_cmp_ps(x, hi, _CMP_GE_OQ));
+
+		_mm256_storeu_ps(h + i, _mm256_andnot_ps(_mm256_cmp_ps(x, lo, _CMP_LE_OQ), r));
+	}
+	if (i < i1)
+		opus_fwd_geglu_ref(h, g, u, i, i1, n);
+}
+
 /* One 32-block of an activation row; returns the sum of the quants. */
 static inline int
 act_block_avx2(const float *x, int8_t *qs, float *pd)

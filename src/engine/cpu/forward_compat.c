@@ -18,6 +18,7 @@
 #include "cpu/forward_int.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <string.h>
 
 #include "quant/qtype.h"
@@ -70,24 +71,32 @@ opus_fwd_swiglu_ref(float *h, const float *g, const float *u, int64_t i0,
 }
 
 /*
+ * The tanh approximation 0.5 x (1 + tanh(sqrt(2/pi) x (1 + 0.044715 x^2)))
+ * of the F16 value xr in float, rounded to F16: an entry of ggml's GELU
+ * table.
+ */
+static float
+gelu_tanh_f16(float xr)
+{
+	float		y = 0.5f * xr * (1.0f + tanhf(0.79788456080286535587989211986876f * xr *
+											  (1.0f + 0.044715f * xr * xr)));
+
+	return opus_fp16_to_fp32(opus_fp32_to_fp16(y));
+}
+
+/*
  * ggml's CPU gelu of one value (GGML_GELU_FP16): 0 at or below -10, x at
- * or above 10, else the tanh approximation of x rounded to F16, itself
- * rounded to F16 (ggml reads it from a table of all halves).
+ * or above 10, else the table entry of x rounded to F16 (ggml reads it from
+ * a table of all halves).
  */
 static float
 gelu_f16(float x)
 {
-	float		xr,
-				y;
-
 	if (x <= -10.0f)
 		return 0.0f;
 	if (x >= 10.0f)
 		return x;
-	xr = opus_fp16_to_fp32(opus_fp32_to_fp16(x));
-	y = 0.5f * xr * (1.0f + tanhf(0.79788456080286535587989211986876f * xr *
-								  (1.0f + 0.044715f * xr * xr)));
-	return opus_fp16_to_fp32(opus_fp32_to_fp16(y));
+	return gelu_tanh_f16(opus_fp16_to_fp32(opus_fp32_to_fp16(x)));
 }
 
 /*
@@ -111,6 +120,31 @@ opus_fwd_gelu_ref(float *y, int64_t n)
 {
 	for (int64_t i = 0; i < n; i++)
 		y[i] = gelu_f16(y[i]);
+}
+
+/*
+ * The GELU of opus_fwd_geglu_ref as a table over F16 inputs, as ggml keeps
+ * it: entry h (h an F16 bit pattern) is gelu_tanh_f16 of the value h means, so
+ * gelu(x) = table[fp16(x)] for -10 < x < 10 (and NaN).  65,537 entries (a
+ * 32-bit gather at entry 65,535 reads one past it).  Built once with the
+ * reference's own function, so the vector kernels that read it give its
+ * bits.
+ */
+static uint16_t gelu_f16_table[(1 << 16) + 1];
+static pthread_once_t gelu_once = PTHREAD_ONCE_INIT;
+
+static void
+gelu_table_init(void)
+{
+	for (int i = 0; i < (1 << 16); i++)
+		gelu_f16_table[i] = opus_fp32_to_fp16(gelu_tanh_f16(opus_fp16_to_fp32((uint16_t) i)));
+}
+
+const uint16_t *
+opus_fwd_gelu_table(void)
+{
+	pthread_once(&gelu_once, gelu_table_init);
+	return gelu_f16_table;
 }
 
 /*

@@ -107,6 +107,11 @@ void		opus_fwd_geglu_ref(float *h, const float *g, const float *u,
 							   int64_t i0, int64_t i1, int64_t n);
 void		opus_fwd_swiglu_avx2(float *h, const float *g, const float *u,
 								 int64_t i0, int64_t i1, int64_t n);
+/* opus_fwd_geglu_ref's GELU as F16 results by F16 input (built once, read-only) */
+const uint16_t *opus_fwd_gelu_table(void);
+/* opus_fwd_geglu_ref's bits, 8 lanes at a time through that table */
+void		opus_fwd_geglu_avx2(float *h, const float *g, const float *u,
+								int64_t i0, int64_t i1, int64_t n);
 
 /*
  * y[i] = gelu(y[i]) for i < n, as ggml's CPU gelu (what opus_fwd_geglu_ref

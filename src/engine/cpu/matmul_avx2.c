@@ -3,7 +3,8 @@
  * R weight rows (1..4) times C activation rows (1..4) per call, for the
  * weight types that dominate common models (Q4_1 with Q8_1 activations,
  * Q8_0 with Q8_0; Q4_0 with Q8_0 in llama.cpp's Q4_0 order, eight weight
- * rows in the lanes, see matmul_tile.h).  A kernel runs a range of weight rows against a group of
+ * rows in the lanes; Q5_0 with Q8_0, which Q4_K_M files use for rows that
+ * are not a multiple of 256, see matmul_tile.h).  A kernel runs a range of weight rows against a group of
  * up to 8 tokens, sharing each unpacked weight block among the tokens, which
  * is where batched prefill and many-sequence decode get their speed; a
  * single sequence's decode uses the 1-token kernel.
@@ -379,6 +380,9 @@ opus_mm_rows_avx2(enum opus_qtype wtype, int C, bool allow_vnni)
 		case OPUS_TYPE_Q4_0:
 			return use_vnni ? q4_0_table_vnni[C - 1] : use_512 ? q4_0_table_vnni256[C - 1] :
 				q4_0_table_avx2[C - 1];
+		case OPUS_TYPE_Q5_0:
+			return use_vnni ? q5_0_table_vnni[C - 1] : use_512 ? q5_0_table_vnni256[C - 1] :
+				q5_0_table_avx2[C - 1];
 		default:
 			return NULL;
 	}

@@ -131,6 +131,7 @@ struct opus_fwd_state
 	opus_mm_rows_fn tile_q4_1[8];	/* [C-1] */
 	opus_mm_rows_fn tile_q8_0[8];
 	opus_mm_rows_fn tile_q4_0[8];
+	opus_mm_rows_fn tile_q5_0[8];
 	opus_attend_fn attend;
 	opus_swiglu_fn swiglu;		/* SwiGLU (llama.cpp's arithmetic) */
 	opus_act_quant_fn act_q8_0;	/* activation quantizers (llama.cpp's CPU ones) */
@@ -301,6 +302,8 @@ tiles_for(struct opus_fwd_state *fs, enum opus_qtype t)
 		return fs->tile_q8_0;
 	if (t == OPUS_TYPE_Q4_0)
 		return fs->tile_q4_0;
+	if (t == OPUS_TYPE_Q5_0)
+		return fs->tile_q5_0;
 	return NULL;
 }
 
@@ -1226,6 +1229,7 @@ opus_fwd_state_create(struct opus_ctx *c, struct opus_error *err)
 			fs->tile_q4_1[k] = opus_mm_rows_avx2(OPUS_TYPE_Q4_1, k + 1, true);
 			fs->tile_q8_0[k] = opus_mm_rows_avx2(OPUS_TYPE_Q8_0, k + 1, true);
 			fs->tile_q4_0[k] = opus_mm_rows_avx2(OPUS_TYPE_Q4_0, k + 1, true);
+			fs->tile_q5_0[k] = opus_mm_rows_avx2(OPUS_TYPE_Q5_0, k + 1, true);
 		}
 	}
 	else
@@ -1236,8 +1240,8 @@ opus_fwd_state_create(struct opus_ctx *c, struct opus_error *err)
 		fs->act_q8_0 = opus_act_q8_0_ref;
 		fs->act_q8_1 = opus_act_q8_1_ref;
 	}
-	if (hp->arch == OPUS_ARCH_GEMMA3)
-		fs->swiglu = opus_fwd_geglu_ref;	/* the feed-forward's activation: GELU */
+	if (hp->arch == OPUS_ARCH_GEMMA3)	/* the feed-forward's activation: GELU */
+		fs->swiglu = fs->swiglu == opus_fwd_swiglu_avx2 ? opus_fwd_geglu_avx2 : opus_fwd_geglu_ref;
 	return OPUS_OK;
 }
 
