@@ -595,6 +595,51 @@ MM_NAME(q5_0_direct) (const int C, int nb, int n_rows,
 	}
 }
 
+/*
+ * One token (decode): four rows at a time, so that four independent
+ * chains of fused adds (one per output, in block order as always) and
+ * their unpacking overlap; the rest one by one.
+ */
+static inline __attribute__((always_inline)) void
+MM_NAME(q5_0_one) (int nb, int n_rows, const uint8_t *w, size_t w_stride,
+				   const uint8_t *x, const float *xs, float *out)
+{
+	const opus_block_q8_0 *xb = (const opus_block_q8_0 *) x;
+	int			r = 0;
+
+	for (; r + 4 <= n_rows; r += 4)
+	{
+		__m256		acc[4];
+
+		_Pragma("GCC unroll 4")
+		for (int k = 0; k < 4; k++)
+			acc[k] = _mm256_setzero_ps();
+		for (int b = 0; b < nb; b++)
+		{
+			__m256i		xv = _mm256_loadu_si256((const __m256i *) xb[b].qs);
+			__m256		dx = _mm256_broadcast_ss(xs + (size_t) b * 8);
+
+			_Pragma("GCC unroll 4")
+			for (int k = 0; k < 4; k++)
+			{
+				const opus_block_q5_0 *wb = (const opus_block_q5_0 *) (w + (size_t) (r + k) * w_stride) + b;
+				__m256i		wq = MM_NAME(q5_0_quants) (wb);
+				__m256		dw = _mm256_broadcastss_ps(_mm_cvtph_ps(_mm_cvtsi32_si128(wb->d)));
+				__m256		p = _mm256_cvtepi32_ps(MM_DOT(_mm256_sign_epi8(wq, wq), _mm256_sign_epi8(xv, wq)));
+
+				_mm_prefetch((const char *) wb + MM_PREFETCH, _MM_HINT_T0);
+				acc[k] = _mm256_fmadd_ps(_mm256_mul_ps(dw, dx), p, acc[k]);
+			}
+		}
+		_Pragma("GCC unroll 4")
+		for (int k = 0; k < 4; k++)
+			MM_NAME(store) (1, out + (size_t) (r + k) * 8, MM_NAME(reduce) (1, &acc[k]));
+	}
+	if (r < n_rows)
+		MM_NAME(q5_0_direct) (1, nb, n_rows - r, w + (size_t) r * w_stride, w_stride, x, 0, xs,
+							  out + (size_t) r * 8);
+}
+
 static inline __attribute__((always_inline)) void
 MM_NAME(q5_0_scaled) (const int C, int nb, int n_rows,
 					  const uint8_t *w, size_t w_stride,
@@ -644,6 +689,8 @@ MM_NAME(q5_0_rows) (const int C, int nb, int n_rows,
 {
 	if (C >= 6 && nb <= MM_MAX_NB)
 		MM_NAME(q5_0_scaled) (C, nb, n_rows, w, w_stride, x, x_stride, xs, out);
+	else if (C == 1)
+		MM_NAME(q5_0_one) (nb, n_rows, w, w_stride, x, xs, out);
 	else
 		MM_NAME(q5_0_direct) (C, nb, n_rows, w, w_stride, x, x_stride, xs, out);
 }
