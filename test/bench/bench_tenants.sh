@@ -7,8 +7,12 @@
 # opus_tokenize call, quotas set vs none, as the session user and as
 # another role.
 #
-# usage: [PG_CONFIG=...] [SESSIONS=16] [DURATION=20] [CALLS=2000]
-#        test/bench/bench_tenants.sh
+# The throughput runs alternate, off then on, on then off, ... for ROUNDS
+# rounds (each with the load average before it); the on/off ratio is
+# taken per round and its median printed (target >= 0.95).
+#
+# usage: [PG_CONFIG=...] [SESSIONS=16] [DURATION=20] [ROUNDS=3] [CALLS=5000]
+#        [ENGINE=path] test/bench/bench_tenants.sh
 # Runs a throwaway cluster (as postgres when run as root) from PG_CONFIG's
 # installation, which must have opus_pg installed (make install).
 set -euo pipefail
@@ -18,6 +22,7 @@ bindir=$("$PG_CONFIG" --bindir)
 SESSIONS=${SESSIONS:-16}
 DURATION=${DURATION:-20}
 CALLS=${CALLS:-5000}
+ROUNDS=${ROUNDS:-3}
 PORT=${PORT:-55471}
 dir=$(mktemp -d /tmp/opus_bt.XXXXXX)
 chmod 755 "$dir"
@@ -34,37 +39,55 @@ opus.threads = 2
 opus.max_requests = 64
 max_connections = 64
 CONF
+[ -n "${ENGINE:-}" ] && echo "opus.engine_path = '$ENGINE'" >> "$dir/data/postgresql.conf"
 as_pg "'$bindir/pg_ctl' -D '$dir/data' -l '$dir/log' -w start" >/dev/null
 psql=("$bindir/psql" -XAtq -h "$dir" -p "$PORT" -U postgres -d postgres)
 "${psql[@]}" -c "CREATE EXTENSION opus_pg" -c "SELECT opus_generate('hi', max_tokens => 1)" >/dev/null
 for r in 0 1 2 3; do "${psql[@]}" -c "CREATE ROLE bt_$r"; done
 
-cat > "$dir/gen.sql" <<'SQL'
+cat > "$dir/gen_off.sql" <<'SQL'
 SELECT set_config('role', 'postgres', false);
 SELECT opus_generate('Write one sentence about databases number ' || (:client_id % 8), max_tokens => 32, temperature => 0, seed => 1);
 SQL
-
-run_mode() {	# $1 = label; prints tokens/s
-	local out tps
-	out=$(as_pg "'$bindir/pgbench' -n -h '$dir' -p $PORT -U postgres -c $SESSIONS -j 2 -T $DURATION -f '$dir/gen.sql' postgres" 2>&1) || { echo "$out" >&2; exit 1; }
-	tps=$(echo "$out" | sed -n 's/^tps = \([0-9.]*\).*/\1/p' | head -1)
-	echo "$tps"
-}
-
-# off: one role (the session user), server scope, no quotas
-"${psql[@]}" -c "ALTER SYSTEM SET opus.cache_scope = 'server'" -c "SELECT pg_reload_conf()" >/dev/null
-sleep 1
-off=$(run_mode off)
-# on: four roles (scope per role, quotas, fair share between them)
-"${psql[@]}" -c "ALTER SYSTEM RESET opus.cache_scope" -c "SELECT pg_reload_conf()" >/dev/null
+sed "s/set_config('role', 'postgres', false)/set_config('role', 'bt_' || (:client_id % 4), false)/" \
+	"$dir/gen_off.sql" > "$dir/gen_on.sql"
 for r in 0 1 2 3; do
 	"${psql[@]}" -c "ALTER ROLE bt_$r SET opus.role_max_requests = 32" \
 		-c "ALTER ROLE bt_$r SET opus.role_tokens_per_minute = 1000000000" \
 		-c "ALTER ROLE bt_$r SET opus.role_tokens_per_day = 1000000000" \
 		-c "ALTER ROLE bt_$r SET opus.role_max_tokens = 1000" >/dev/null
 done
-sed -i "s/set_config('role', 'postgres', false)/set_config('role', 'bt_' || (:client_id % 4), false)/" "$dir/gen.sql"
-on=$(run_mode on)
+
+run_mode() {	# $1 = off | on; prints tokens/s
+	local out tps
+	if [ "$1" = off ]; then
+		# one role (the session user), server scope, no quotas
+		"${psql[@]}" -c "ALTER SYSTEM SET opus.cache_scope = 'server'" -c "SELECT pg_reload_conf()" >/dev/null
+	else
+		# four roles (scope per role, quotas, fair share between them)
+		"${psql[@]}" -c "ALTER SYSTEM RESET opus.cache_scope" -c "SELECT pg_reload_conf()" >/dev/null
+	fi
+	sleep 1
+	out=$(as_pg "'$bindir/pgbench' -n -h '$dir' -p $PORT -U postgres -c $SESSIONS -j 2 -T $DURATION -f '$dir/gen_$1.sql' postgres" 2>&1) || { echo "$out" >&2; exit 1; }
+	tps=$(echo "$out" | sed -n 's/^tps = \([0-9.]*\).*/\1/p' | head -1)
+	echo "$(echo "$tps * 32" | bc -l)"
+}
+
+# off and on interleaved, ROUNDS times, the order swapped every round so a
+# drift of the machine's load does not favour either
+printf '\n%-6s %-5s %12s  %s\n' "round" "mode" "tokens/s" "load average before"
+offs=(); ons=(); ratios=()
+for round in $(seq 1 "$ROUNDS"); do
+	if [ $((round % 2)) = 1 ]; then order="off on"; else order="on off"; fi
+	for m in $order; do
+		l=$(cut -d' ' -f1-3 /proc/loadavg)
+		v=$(run_mode "$m")
+		printf '%-6s %-5s %12.1f  %s\n' "$round" "$m" "$v" "$l"
+		if [ "$m" = off ]; then off=$v; else on=$v; fi
+	done
+	offs+=("$off"); ons+=("$on"); ratios+=("$(echo "$on / $off" | bc -l)")
+done
+median() { printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 
 # the quota check: CALLS tokenize calls in one transaction
 percall() {	# $1 = setup SQL, $2 = role to call as (or empty); prints the backend's CPU time (user + system) per call in us
@@ -91,9 +114,10 @@ q_none=$(median3 "${a[@]}"); q_on=$(median3 "${b[@]}"); q_other=$(median3 "${c[@
 
 load=$(cut -d' ' -f1-3 /proc/loadavg)
 printf '\n%-44s %12s\n' "engine, $SESSIONS sessions x 32 tokens, ${DURATION}s" "tokens/s"
-printf '%-44s %12.1f\n' "one role, server cache scope, no quotas" "$(echo "$off * 32" | bc -l)"
-printf '%-44s %12.1f\n' "4 roles, role scopes, quotas, fair share" "$(echo "$on * 32" | bc -l)"
-printf '%-44s %12.3f\n' "ratio on / off" "$(echo "$on / $off" | bc -l)"
+printf '%-44s %12.1f\n' "one role, server cache scope, no quotas" "$(median "${offs[@]}")"
+printf '%-44s %12.1f\n' "4 roles, role scopes, quotas, fair share" "$(median "${ons[@]}")"
+printf '%-44s %12s\n' "ratio on / off per round" "$(printf '%.3f ' "${ratios[@]}")"
+printf '%-44s %12.3f\n' "ratio on / off, median of $ROUNDS rounds" "$(median "${ratios[@]}")"
 printf '\n%-44s %12s\n' "opus_tokenize('x'), $CALLS calls, median of 3" "CPU us/call"
 printf '%-44s %12s\n' "no quotas" "$q_none"
 printf '%-44s %12s\n' "4 quotas, session user" "$q_on"

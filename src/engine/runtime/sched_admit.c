@@ -179,25 +179,48 @@ sched_age_queue(struct opus_sched *s)
 		sched_queue_insert(s, s->queue[i]);
 }
 
+/* Requests of tenant k in the running set (not finished). */
+static int
+tenant_running(const struct opus_sched *s, int32_t k)
+{
+	int			n = 0;
+
+	for (int i = 0; i < s->n_run; i++)
+		n += s->run[i]->tenant == k && !s->run[i]->finished;
+	return n;
+}
+
 /*
  * Whether queued request h may preempt running request r to be admitted:
  * r's own class is lower (a larger number) and it was not promoted by
  * aging to h's effective class or above; or r is of h's class (or lower)
  * but of another tenant, whose counter is ahead of h's tenant's by more
- * than the fair-share margin.  Within a tenant and class nobody is
- * preempted for anybody (first come, first served).
+ * than the fair-share margin, or ahead at all when h's tenant has nothing
+ * running and r's tenant keeps another request running (a one-session
+ * tenant back with its next call takes its place back at once instead of
+ * waiting for a more-served tenant's request to end; the margin applies
+ * again as soon as it runs, so the two never swap back and forth).  Within
+ * a tenant and class nobody is preempted for anybody (first come, first
+ * served).
  */
 static bool
 may_preempt(const struct opus_sched *s, const struct sched_req *h,
 			const struct sched_req *r)
 {
+	double		vr,
+				vh;
+
 	if (r->finished)
 		return false;
 	if (r->priority > h->priority && r->eff_priority > h->eff_priority)
 		return true;
-	return r->tenant != h->tenant && r->priority >= h->priority &&
-		r->eff_priority >= h->eff_priority &&
-		sched_tenant_vtc(s, r) > sched_tenant_vtc(s, h) + OPUS_SCHED_FAIR_MARGIN;
+	if (r->tenant == h->tenant || r->priority < h->priority || r->eff_priority < h->eff_priority)
+		return false;
+	vr = sched_tenant_vtc(s, r);
+	vh = sched_tenant_vtc(s, h);
+	if (vr > vh + OPUS_SCHED_FAIR_MARGIN)
+		return true;
+	return vr > vh && tenant_running(s, h->tenant) == 0 && tenant_running(s, r->tenant) >= 2;
 }
 
 /*
@@ -226,6 +249,59 @@ lower_class_blocks(const struct opus_sched *s, const struct sched_req *h, bool *
 
 
 /*
+ * Anticipatory hold (opus_sched_set_hold), called as r finishes normally,
+ * before its blocks are released: if r is its tenant's only live request
+ * and the tenant came back quickly before (its smoothed think time at most
+ * hold_ms, or three steps' time if that is longer), the blocks r holds are
+ * set aside for the tenant's next request for twice that think time (at
+ * most the same bound).  A tenant with one session
+ * (one request at a time) otherwise loses its place at every finish: the
+ * queued requests of a more-served tenant are admitted into its room in
+ * the next step, and its next request, arriving a client's round trip
+ * later, waits for room or preempts for it.
+ */
+void
+sched_hold_for(struct opus_sched *s, const struct sched_req *r)
+{
+	struct sched_tenant *t = &s->tenants[r->tenant];
+	const struct opus_kv *kv = opus_ctx_kv(s->ctx);
+	int64_t		n = 0;
+	double		lim = s->hold_ms > 3.0 * s->step_ms ? s->hold_ms : 3.0 * s->step_ms;
+
+	if (s->hold_ms <= 0.0 || t->n_live != 1 || t->think_ms < 0.0 || t->think_ms > lim)
+		return;
+	/* the blocks its release gives back (not those others share) */
+	for (int32_t i = 0; i < r->seq.n_blocks; i++)
+		n += opus_kv_refcount(kv, r->seq.blocks[i]) == 1;
+	t->hold_until = now_ms() + (2.0 * t->think_ms < lim ? 2.0 * t->think_ms : lim);
+	t->hold_blocks = n;
+}
+
+/*
+ * Blocks held (sched_hold_for) for tenants other than h's that have nothing
+ * live, whose hold has not expired and whose counter is not above h's
+ * tenant's (they would go before it, were their next request here).  None
+ * while nothing runs: a hold never idles the engine.
+ */
+static int64_t
+blocks_held(const struct opus_sched *s, const struct sched_req *h, double t)
+{
+	int64_t		n = 0;
+
+	if (s->n_run == 0)
+		return 0;
+	for (int i = 0; i < s->n_tenants; i++)
+	{
+		const struct sched_tenant *o = &s->tenants[i];
+
+		if (i != h->tenant && o->n_live == 0 && o->hold_blocks > 0 && t < o->hold_until &&
+			o->vtc <= s->tenants[h->tenant].vtc)
+			n += o->hold_blocks;
+	}
+	return n;
+}
+
+/*
  * Admit in queue order while the pool allows.  A request that does not fit
  * may preempt running requests of lower classes (larger priority numbers)
  * when that makes room; otherwise it is passed over and the ones behind it
@@ -250,6 +326,7 @@ sched_admit_queued(struct opus_sched *s)
 		int64_t		n_idle;
 		int32_t		m = prefix_lookup(s, h, &n_idle);
 		int64_t		need = admit_need(s, h) - h->seq.n_blocks - m + n_idle;
+		int64_t		room = avail - blocks_held(s, h, t);
 		bool		any;
 
 		/*
@@ -262,13 +339,13 @@ sched_admit_queued(struct opus_sched *s)
 			i++;
 			continue;
 		}
-		if (need <= avail && s->n_run < s->max_batch)
+		if (need <= room && s->n_run < s->max_batch)
 		{
 			avail -= need;
 			sched_admit(s, i, m);
 			continue;
 		}
-		if (lower_class_blocks(s, h, &any) + avail >= need && any && sched_preempt_one(s, h))
+		if (lower_class_blocks(s, h, &any) + room >= need && any && sched_preempt_one(s, h))
 		{
 			/* the victim (a lower class, or a more-served tenant) is queued behind h */
 			avail = opus_ctx_free_blocks(s->ctx) - blocks_promised(s);

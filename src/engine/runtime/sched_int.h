@@ -91,9 +91,11 @@ struct opus_sched
 	double		aging_ms;		/* waiting time per class of promotion, 0 = off */
 	double		starve_ms;		/* queue wait after which nobody overtakes, 0 = never */
 	double		fair_credit;	/* bound on a non-backlogged tenant's lag, 0 = none */
+	double		hold_ms;		/* longest anticipatory hold, 0 = off */
 	double		step_target_ms; /* prefill bound while decoding, 0 = off */
 	struct opus_stepcost cost;	/* measured step time by token count */
 	bool		prefill_lean;	/* the last step gave waiting prompts less than a block */
+	double		step_ms;		/* measured step time (EWMA), 0 = unknown */
 	opus_event_fn cb;
 	void	   *user;
 
@@ -139,6 +141,9 @@ struct sched_tenant
 	double		vtc;			/* service / weight, in virtual tokens */
 	int32_t		n_live;			/* requests queued or running */
 	double		t_idle;			/* when n_live last became 0 */
+	double		think_ms;		/* smoothed t_idle to next submit, < 0 = no sample */
+	double		hold_until;		/* its anticipatory hold ends (ms), while n_live 0 */
+	int64_t		hold_blocks;	/* blocks held for it until then */
 };
 
 static inline double
@@ -168,6 +173,7 @@ void		sched_fail_req(struct opus_sched *s, struct sched_req *r, const struct opu
 void		sched_accept_token(struct opus_sched *s, struct sched_req *r, int32_t tok);
 
 /* sched_admit.c */
+void		sched_hold_for(struct opus_sched *s, const struct sched_req *r);
 void		sched_publish_blocks(struct opus_sched *s, struct sched_req *r);
 void		sched_age_queue(struct opus_sched *s);
 void		sched_admit_queued(struct opus_sched *s);

@@ -243,6 +243,7 @@ finish_req(struct opus_sched *s, struct sched_req *r, enum opus_finish finish)
 	int32_t		emit = 0;
 	int32_t		stop;
 
+	sched_hold_for(s, r);
 	sched_release_seq(s, r);
 	if (n > 0)
 		(void) text_append(r, s->utf8_out, n);

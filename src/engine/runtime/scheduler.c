@@ -91,7 +91,17 @@
  * A queued request may preempt a running one of another tenant of the same
  * class whose counter is ahead of its own by more than
  * OPUS_SCHED_FAIR_MARGIN (the victim is recomputed from the prefix cache),
- * so a tenant with one session is not stuck behind another's many.
+ * or ahead at all when its own tenant has nothing running and the other
+ * keeps a request running, so a tenant with one session is not stuck
+ * behind another's many.  And when the last live request of a tenant ends
+ * and the tenant has been quick to send its next one (its smoothed think
+ * time at most OPUS_SCHED_HOLD_MS, or three steps on a slow engine), the
+ * blocks it held are kept from
+ * more-served tenants' admissions for twice that time or until its next
+ * request arrives (an anticipatory hold, as anticipatory disk schedulers
+ * wait a moment for the process that just read): a one-session client in
+ * a loop finds its room at its next call, without preempting anybody.  A
+ * hold never applies while nothing runs, so the engine never idles for it.
  *
  * Priorities age: a queued request's effective class is its priority minus
  * one for every aging period it has waited (OPUS_SCHED_AGING_MS unless
@@ -142,6 +152,7 @@ opus_sched_create(struct opus_ctx *ctx, opus_event_fn cb, void *user,
 	s->aging_ms = OPUS_SCHED_AGING_MS;
 	s->starve_ms = OPUS_SCHED_STARVE_MS;
 	s->fair_credit = OPUS_SCHED_FAIR_CREDIT;
+	s->hold_ms = OPUS_SCHED_HOLD_MS;
 	s->step_target_ms = 0.0;
 	s->mask_overlap = true;
 	opus_stepcost_init(&s->cost);
@@ -296,10 +307,25 @@ tenant_enter(struct opus_sched *s, uint32_t id, uint32_t weight)
 		memset(&s->tenants[i], 0, sizeof(s->tenants[i]));
 		s->tenants[i].id = id;
 		s->tenants[i].t_idle = -1e300;
+		s->tenants[i].think_ms = -1.0;
 		s->n_tenants++;
 	}
 	t = &s->tenants[i];
 	t->weight = weight;
+	if (t->n_live == 0 && t->t_idle > -1e300)
+	{
+		/* its think time: from its last request's end to this one */
+		double		think = now_ms() - t->t_idle;
+
+		/* one long pause counts as a long think time, not as forever */
+		if (think > 10.0 * OPUS_SCHED_HOLD_MS)
+			think = 10.0 * OPUS_SCHED_HOLD_MS;
+
+		t->think_ms = t->think_ms < 0.0 ? think : 0.7 * t->think_ms + 0.3 * think;
+	}
+	/* whatever was held for it is its own again */
+	t->hold_until = 0.0;
+	t->hold_blocks = 0;
 	if (t->n_live == 0 && now_ms() - t->t_idle >= OPUS_SCHED_FAIR_IDLE_MS)
 	{
 		/* no banked credit: start level with the least-served busy tenant */
@@ -558,6 +584,12 @@ void
 opus_sched_set_mask_overlap(struct opus_sched *s, bool on)
 {
 	s->mask_overlap = on;
+}
+
+void
+opus_sched_set_hold(struct opus_sched *s, double ms)
+{
+	s->hold_ms = ms > 0.0 ? ms : 0.0;
 }
 
 void
@@ -942,6 +974,7 @@ opus_sched_step(struct opus_sched *s, struct opus_error *err)
 	for (int i = 0; i < n_items; i++)
 		sched_publish_blocks(s, s->item_req[i]);
 	opus_stepcost_observe(&s->cost, (int32_t) (n_prefill + n_decode), t_step);
+	s->step_ms = s->step_ms > 0.0 ? 0.8 * s->step_ms + 0.2 * t_step : t_step;
 	s->stats.steps++;
 	s->stats.tokens_prefill += n_prefill;
 	s->stats.tokens_decode += n_decode;

@@ -30,6 +30,7 @@
 #define OPUS_SCHED_FAIR_CREDIT 256.0	/* virtual tokens: the most a tenant with nothing
 										 * queued may be behind those with requests queued */
 #define OPUS_SCHED_STARVE_MS 10000.0	/* default: after 10 s in the queue nobody overtakes */
+#define OPUS_SCHED_HOLD_MS 500.0	/* default: the longest a finished tenant's room is held */
 
 enum opus_finish
 {
@@ -165,6 +166,18 @@ void		opus_sched_set_fair_credit(struct opus_sched *s, double credit);
  * over the thread pool after the pass.  The masks are the same either way.
  */
 void		opus_sched_set_mask_overlap(struct opus_sched *s, bool on);
+
+/*
+ * Anticipatory hold: when the last live request of a tenant finishes
+ * normally and the tenant's past returns (from its previous finish to its
+ * next submit, smoothed) took at most ms (or three steps' time, when that
+ * is longer: a loaded engine's clients are slow too), the KV blocks that
+ * request held are kept from the admission of more-served tenants'
+ * requests for twice that time (at most the same bound), or until the
+ * tenant's next request arrives, whichever is first; never while nothing
+ * runs.  0 = off.  Default OPUS_SCHED_HOLD_MS.
+ */
+void		opus_sched_set_hold(struct opus_sched *s, double ms);
 
 /* Requests queued or running. */
 int			opus_sched_n_active(const struct opus_sched *s);
