@@ -24,7 +24,6 @@
 
 #include <immintrin.h>
 #include <math.h>
-#include <pthread.h>
 #include <string.h>
 
 #include "quant/qtype.h"
@@ -525,27 +524,8 @@ opus_fwd_attend_q8_0_avx2(const struct opus_attn_args *a)
 }
 
 /*
- * GELU of every half (opus_fwd_gelu_ref's), as halves; one entry more so
- * that the 32-bit gather of the last one stays inside.
- */
-static uint16_t gelu_table[(1 << 16) + 2];
-static pthread_once_t gelu_once = PTHREAD_ONCE_INIT;
-
-static void
-gelu_table_init(void)
-{
-	static float y[1 << 16];
-
-	for (int i = 0; i < (1 << 16); i++)
-		y[i] = opus_fp16_to_fp32((uint16_t) i);
-	opus_fwd_gelu_ref(y, 1 << 16);
-	for (int i = 0; i < (1 << 16); i++)
-		gelu_table[i] = opus_fp32_to_fp16(y[i]);
-}
-
-/*
  * Eight at a time: x to F16 (F16C, to nearest even as opus_fp32_to_fp16),
- * the table's halves gathered and widened, then 0 where x <= -10 and x
+ * opus_fwd_gelu_table's halves gathered and widened, then 0 where x <= -10 and x
  * where x >= 10.  Within (-10, 10) gelu's F16 result is exact in the table.
  */
 void
@@ -554,9 +534,9 @@ opus_fwd_gelu_avx2(float *y, int64_t n)
 	const __m256 lo = _mm256_set1_ps(-10.0f),
 				hi = _mm256_set1_ps(10.0f);
 	const __m256i low16 = _mm256_set1_epi32(0xffff);
+	const uint16_t *gelu_table = opus_fwd_gelu_table();
 	int64_t		i = 0;
 
-	pthread_once(&gelu_once, gelu_table_init);
 	for (; i + 8 <= n; i += 8)
 	{
 		__m256		x = _mm256_loadu_ps(y + i);
