@@ -1221,6 +1221,43 @@ test_scope_eviction(void)
  * default bound it is at most OPUS_SCHED_FAIR_CREDIT at every arrival (and
  * tenant 1, still behind, still goes first).
  */
+/*
+ * Tenant 2's backlog: n requests 200.. with prompts from fmt (the item
+ * number and a number derived from it), cut to len tokens when len > 0.
+ */
+static void
+submit_backlog(struct opus_sched *s, const struct opus_gen_params *pb, int n, const char *fmt, int len)
+{
+	struct opus_error err = {0};
+
+	for (int i = 0; i < n; i++)
+	{
+		char		prompt[128];
+		int32_t		tb[64];
+		int			nb;
+
+		snprintf(prompt, sizeof(prompt), fmt, i, 7 * i + 3);
+		nb = encode(prompt, tb, 64);
+		if (len > 0)
+		{
+			CHECK(nb >= len, "tenant 2's prompt %d has %d tokens (%d)", i, len, nb);
+			nb = len;
+		}
+		CHECK(opus_sched_submit(s, 200 + (uint64_t) i, tb, nb, pb, &err) == OPUS_OK,
+			  "submit B %d", i);
+	}
+}
+
+/* Steps until request id has ended, at most 200 steps. */
+static void
+step_until_done(struct opus_sched *s, struct collector *col, uint64_t id)
+{
+	struct opus_error err = {0};
+
+	for (int steps = 0; steps < 200 && !(got_for(col, id) && got_for(col, id)->n_done > 0); steps++)
+		CHECK(opus_sched_step(s, &err) == OPUS_OK, "step");
+}
+
 static void
 test_fair_credit(void)
 {
@@ -1247,24 +1284,12 @@ test_fair_credit(void)
 		pa.ignore_eos = pb.ignore_eos = true;
 		pa.tenant = 1;
 		pb.tenant = 2;
-		for (int i = 0; i < 14; i++)
-		{
-			char		prompt[128];
-			int32_t		tb[64];
-			int			nb;
-
-			snprintf(prompt, sizeof(prompt), "Item %d of the list: write a line about the number %d.",
-					 i, 7 * i + 3);
-			nb = encode(prompt, tb, 64);
-			CHECK(opus_sched_submit(s, 200 + (uint64_t) i, tb, nb, &pb, &err) == OPUS_OK,
-				  "submit B %d", i);
-		}
+		submit_backlog(s, &pb, 14, "Item %d of the list: write a line about the number %d.", 0);
 		for (int round = 0; round < 16; round++)
 		{
 			uint64_t	id = 100 + (uint64_t) round;
 			struct opus_sched_req_info ia,
 						ib;
-			int			steps = 0;
 			bool		found = false;
 
 			CHECK(opus_sched_submit(s, id, ta, na, &pa, &err) == OPUS_OK, "submit A %d", round);
@@ -1273,11 +1298,7 @@ test_fair_credit(void)
 			if (found && opus_sched_get_request(s, id, &ia) &&
 				ib.tenant_service - ia.tenant_service > max_gap[bounded])
 				max_gap[bounded] = ib.tenant_service - ia.tenant_service;
-			while (steps < 200 && !(got_for(col, id) && got_for(col, id)->n_done > 0))
-			{
-				CHECK(opus_sched_step(s, &err) == OPUS_OK, "step");
-				steps++;
-			}
+			step_until_done(s, col, id);
 		}
 		for (int i = 0; i < 14; i++)
 			(void) opus_sched_cancel(s, 200 + (uint64_t) i);
@@ -1365,24 +1386,11 @@ test_fair_closed_loop(void)
 		pa.ignore_eos = pb.ignore_eos = true;
 		pa.tenant = 1;
 		pb.tenant = 2;
-		for (int i = 0; i < 30; i++)
-		{
-			char		prompt[128];
-			int32_t		tb[64];
-			int			nb;
-
-			snprintf(prompt, sizeof(prompt), "Item %d of the list: write one line about the number %d, please, and thank you.",
-					 i, 7 * i + 3);
-			nb = encode(prompt, tb, 64);
-			CHECK(nb >= 20, "tenant 2's prompt %d has 20 tokens (%d)", i, nb);
-			nb = 20;
-			CHECK(opus_sched_submit(s, 200 + (uint64_t) i, tb, nb, &pb, &err) == OPUS_OK,
-				  "submit B %d", i);
-		}
+		submit_backlog(s, &pb, 30,
+					   "Item %d of the list: write one line about the number %d, please, and thank you.", 20);
 		for (int round = 0; round < 10; round++)
 		{
 			uint64_t	id = 100 + (uint64_t) round;
-			int			steps = 0;
 
 			if (round == 2)
 			{
@@ -1391,11 +1399,7 @@ test_fair_closed_loop(void)
 			}
 			rounds += round >= 2;
 			CHECK(opus_sched_submit(s, id, ta, na, &pa, &err) == OPUS_OK, "submit A %d", round);
-			while (steps < 200 && !(got_for(col, id) && got_for(col, id)->n_done > 0))
-			{
-				CHECK(opus_sched_step(s, &err) == OPUS_OK, "step");
-				steps++;
-			}
+			step_until_done(s, col, id);
 			/* the client's round trip: one step without tenant 1 */
 			CHECK(opus_sched_step(s, &err) == OPUS_OK, "step");
 		}
