@@ -154,16 +154,55 @@ MM_NAME(q4_1_direct) (const int C, int nb, int n_rows,
 	}
 }
 
-/* Q8_0 weights x Q8_0 activations. */
+/*
+ * A Q5_0 block's quants as signed bytes q - 16 (-16..15, ggml's way: the
+ * fifth bit clear puts 0xF0 above the nibble).
+ */
+static inline __attribute__((always_inline)) __m256i
+MM_NAME(q5_0_quants) (const opus_block_q5_0 *b)
+{
+	const __m256i spread = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
+											2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
+	const __m256i bit = _mm256_set1_epi64x((long long) 0x8040201008040201ULL);
+	uint32_t	qh;
+	__m128i		q = _mm_loadu_si128((const __m128i *) b->qs);
+	__m256i		lo,
+				hb;
+
+	memcpy(&qh, b->qh, sizeof(qh));
+	/* byte j: 0xFF where bit j of qh is set */
+	hb = _mm256_shuffle_epi8(_mm256_set1_epi32((int) qh), spread);
+	hb = _mm256_cmpeq_epi8(_mm256_and_si256(hb, bit), bit);
+	lo = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), _mm256_set1_epi8(0x0F));
+	return _mm256_or_si256(lo, _mm256_andnot_si256(hb, _mm256_set1_epi8((char) 0xF0)));
+}
+
+/*
+ * Signed 8-bit weights (Q8_0, or Q5_0 unpacked by q5_0_quants) x Q8_0
+ * activations, one body for both: wt picks the block layout and the
+ * unpacking, the rest is the same.  Each token takes the sign trick (|w|
+ * times x with w's sign), which gives the lane sums of llama.cpp's vec_dot
+ * for either type.
+ */
+static inline __attribute__((always_inline)) __m256i
+MM_NAME(s8_quants) (const enum opus_qtype wt, const uint8_t *blk)
+{
+	if (wt == OPUS_TYPE_Q5_0)
+		return MM_NAME(q5_0_quants) ((const opus_block_q5_0 *) blk);
+	return _mm256_loadu_si256((const __m256i *) ((const opus_block_q8_0 *) blk)->qs);
+}
+
 static inline __attribute__((always_inline)) void
-MM_NAME(q8_0_direct) (const int C, int nb, int n_rows,
+MM_NAME(s8_direct) (const int C, const enum opus_qtype wt, int nb, int n_rows,
 					const uint8_t *w, size_t w_stride,
 					const uint8_t *x, size_t x_stride,
 					const float *xs, float *out)
 {
+	const size_t bb = wt == OPUS_TYPE_Q5_0 ? sizeof(opus_block_q5_0) : sizeof(opus_block_q8_0);
+
 	for (int r = 0; r < n_rows; r++)
 	{
-		const opus_block_q8_0 *wr = (const opus_block_q8_0 *) (w + (size_t) r * w_stride);
+		const uint8_t *wr = w + (size_t) r * w_stride;
 		__m256		acc[8];
 
 		_Pragma("GCC unroll 8")
@@ -171,12 +210,15 @@ MM_NAME(q8_0_direct) (const int C, int nb, int n_rows,
 			acc[c] = _mm256_setzero_ps();
 		for (int b = 0; b < nb; b++)
 		{
-			__m256i		wq = _mm256_loadu_si256((const __m256i *) wr[b].qs);
+			const uint8_t *wb = wr + (size_t) b * bb;
+			__m256i		wq = MM_NAME(s8_quants) (wt, wb);
 			__m256i		wa = _mm256_sign_epi8(wq, wq);
+			uint16_t	d;
 
 			if (C == 1)
-				_mm_prefetch((const char *) (wr + b) + MM_PREFETCH, _MM_HINT_T0);
-			__m256		dw = _mm256_broadcastss_ps(_mm_cvtph_ps(_mm_cvtsi32_si128(wr[b].d)));
+				_mm_prefetch((const char *) wb + MM_PREFETCH, _MM_HINT_T0);
+			memcpy(&d, wb, sizeof(d));	/* the block scale comes first */
+			__m256		dw = _mm256_broadcastss_ps(_mm_cvtph_ps(_mm_cvtsi32_si128(d)));
 
 			_Pragma("GCC unroll 8")
 			for (int c = 0; c < C; c++)
@@ -299,33 +341,33 @@ MM_NAME(q4_1_scaled) (const int C, int nb, int n_rows,
 	}
 }
 
-/* Q8_0 weights x Q8_0 activations, scaled form (nb <= MM_MAX_NB). */
+/* s8_direct's kernels (Q8_0 or Q5_0 weights), scaled form (nb <= MM_MAX_NB). */
 static inline __attribute__((always_inline)) void
-MM_NAME(q8_0_scaled) (const int C, int nb, int n_rows,
-					  const uint8_t *w, size_t w_stride,
-					  const uint8_t *x, size_t x_stride,
-					  const float *xs, float *out)
+MM_NAME(s8_scaled) (const int C, const enum opus_qtype wt, int nb, int n_rows,
+					const uint8_t *w, size_t w_stride,
+					const uint8_t *x, size_t x_stride,
+					const float *xs, float *out)
 {
+	const size_t bb = wt == OPUS_TYPE_Q5_0 ? sizeof(opus_block_q5_0) : sizeof(opus_block_q8_0);
 	float		sc[2][MM_MAX_NB * 8] __attribute__((aligned(32)));
 	__m256i		xr[MM_MAX_NB * 8];
 
 	MM_NAME(gather_x) (C, nb, x, x_stride, sizeof(opus_block_q8_0), 2, xr);
-	MM_NAME(row_scales) (nb, w, sizeof(opus_block_q8_0), xs, sc[0]);
+	MM_NAME(row_scales) (nb, w, bb, xs, sc[0]);
 	for (int r = 0; r < n_rows; r++)
 	{
-		const opus_block_q8_0 *wr = (const opus_block_q8_0 *) (w + (size_t) r * w_stride);
+		const uint8_t *wr = w + (size_t) r * w_stride;
 		const float *scr = sc[r & 1];
 		__m256		acc[8];
 
 		if (r + 1 < n_rows)
-			MM_NAME(row_scales) (nb, w + (size_t) (r + 1) * w_stride, sizeof(opus_block_q8_0),
-								 xs, sc[(r + 1) & 1]);
+			MM_NAME(row_scales) (nb, w + (size_t) (r + 1) * w_stride, bb, xs, sc[(r + 1) & 1]);
 		_Pragma("GCC unroll 8")
 		for (int c = 0; c < C; c++)
 			acc[c] = _mm256_setzero_ps();
 		for (int b = 0; b < nb; b++)
 		{
-			__m256i		wq = _mm256_loadu_si256((const __m256i *) wr[b].qs);
+			__m256i		wq = MM_NAME(s8_quants) (wt, wr + (size_t) b * bb);
 			__m256i		wa = _mm256_sign_epi8(wq, wq);
 			const float *scb = scr + b * 8;
 
@@ -361,9 +403,9 @@ MM_NAME(q8_0_rows) (const int C, int nb, int n_rows,
 					const float *xs, float *out)
 {
 	if (C >= 6 && nb <= MM_MAX_NB)
-		MM_NAME(q8_0_scaled) (C, nb, n_rows, w, w_stride, x, x_stride, xs, out);
+		MM_NAME(s8_scaled) (C, OPUS_TYPE_Q8_0, nb, n_rows, w, w_stride, x, x_stride, xs, out);
 	else
-		MM_NAME(q8_0_direct) (C, nb, n_rows, w, w_stride, x, x_stride, xs, out);
+		MM_NAME(s8_direct) (C, OPUS_TYPE_Q8_0, nb, n_rows, w, w_stride, x, x_stride, xs, out);
 }
 
 /*
@@ -532,70 +574,11 @@ MM_NAME(q4_0_rows) (const int C, int nb, int n_rows,
  * q5_0_vec_dot_avx2: one 8-lane accumulator per output, block sums fused in
  * with w.d * x.d in block order, reduced as ggml's hsum at the end; the
  * reduction of matmul_tile.h above).  The weight quants are unpacked once
- * per block as signed bytes q - 16 (-16..15, ggml's way: the fifth bit
- * clear puts 0xF0 above the nibble), shared by the C tokens; each token
- * takes the sign trick of Q8_0 (|w| times x with w's sign), which gives
- * exactly q5_0_vec_dot_avx2's lane sums sum (q - 16) x.  Scaled form for
- * 6..8 tokens when the row fits, else direct; the same values either way.
- */
-static inline __attribute__((always_inline)) __m256i
-MM_NAME(q5_0_quants) (const opus_block_q5_0 *b)
-{
-	const __m256i spread = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
-											2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
-	const __m256i bit = _mm256_set1_epi64x((long long) 0x8040201008040201ULL);
-	uint32_t	qh;
-	__m128i		q = _mm_loadu_si128((const __m128i *) b->qs);
-	__m256i		lo,
-				hb;
-
-	memcpy(&qh, b->qh, sizeof(qh));
-	/* byte j: 0xFF where bit j of qh is set */
-	hb = _mm256_shuffle_epi8(_mm256_set1_epi32((int) qh), spread);
-	hb = _mm256_cmpeq_epi8(_mm256_and_si256(hb, bit), bit);
-	lo = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), _mm256_set1_epi8(0x0F));
-	return _mm256_or_si256(lo, _mm256_andnot_si256(hb, _mm256_set1_epi8((char) 0xF0)));
-}
-
-static inline __attribute__((always_inline)) void
-MM_NAME(q5_0_direct) (const int C, int nb, int n_rows,
-					  const uint8_t *w, size_t w_stride,
-					  const uint8_t *x, size_t x_stride,
-					  const float *xs, float *out)
-{
-	for (int r = 0; r < n_rows; r++)
-	{
-		const opus_block_q5_0 *wr = (const opus_block_q5_0 *) (w + (size_t) r * w_stride);
-		__m256		acc[8];
-
-		_Pragma("GCC unroll 8")
-		for (int c = 0; c < C; c++)
-			acc[c] = _mm256_setzero_ps();
-		for (int b = 0; b < nb; b++)
-		{
-			__m256i		wq = MM_NAME(q5_0_quants) (&wr[b]);
-			__m256i		wa = _mm256_sign_epi8(wq, wq);
-
-			if (C == 1)
-				_mm_prefetch((const char *) (wr + b) + MM_PREFETCH, _MM_HINT_T0);
-			__m256		dw = _mm256_broadcastss_ps(_mm_cvtph_ps(_mm_cvtsi32_si128(wr[b].d)));
-
-			_Pragma("GCC unroll 8")
-			for (int c = 0; c < C; c++)
-			{
-				const opus_block_q8_0 *xb = (const opus_block_q8_0 *) (x + c * x_stride) + b;
-				__m256i		xv = _mm256_loadu_si256((const __m256i *) xb->qs);
-				__m256		p = _mm256_cvtepi32_ps(MM_DOT(wa, _mm256_sign_epi8(xv, wq)));
-				__m256		scale = _mm256_mul_ps(dw, _mm256_broadcast_ss(xs + (size_t) b * 8 + c));
-
-				acc[c] = _mm256_fmadd_ps(scale, p, acc[c]);
-			}
-		}
-		MM_NAME(store) (C, out + (size_t) r * 8, MM_NAME(reduce) (C, acc));
-	}
-}
-
-/*
+ * per block by q5_0_quants, shared by the C tokens, and each token takes
+ * the sign trick of Q8_0, which gives exactly q5_0_vec_dot_avx2's lane
+ * sums sum (q - 16) x: s8_scaled for 6..8 tokens when the row fits, else
+ * s8_direct (the Q8_0 kernels' bodies); the same values either way.
+ *
  * One token (decode): four rows at a time, so that four independent
  * chains of fused adds (one per output, in block order as always) and
  * their unpacking overlap; the rest one by one.
@@ -636,49 +619,8 @@ MM_NAME(q5_0_one) (int nb, int n_rows, const uint8_t *w, size_t w_stride,
 			MM_NAME(store) (1, out + (size_t) (r + k) * 8, MM_NAME(reduce) (1, &acc[k]));
 	}
 	if (r < n_rows)
-		MM_NAME(q5_0_direct) (1, nb, n_rows - r, w + (size_t) r * w_stride, w_stride, x, 0, xs,
-							  out + (size_t) r * 8);
-}
-
-static inline __attribute__((always_inline)) void
-MM_NAME(q5_0_scaled) (const int C, int nb, int n_rows,
-					  const uint8_t *w, size_t w_stride,
-					  const uint8_t *x, size_t x_stride,
-					  const float *xs, float *out)
-{
-	float		sc[2][MM_MAX_NB * 8] __attribute__((aligned(32)));
-	__m256i		xr[MM_MAX_NB * 8];
-
-	MM_NAME(gather_x) (C, nb, x, x_stride, sizeof(opus_block_q8_0), 2, xr);
-	MM_NAME(row_scales) (nb, w, sizeof(opus_block_q5_0), xs, sc[0]);
-	for (int r = 0; r < n_rows; r++)
-	{
-		const opus_block_q5_0 *wr = (const opus_block_q5_0 *) (w + (size_t) r * w_stride);
-		const float *scr = sc[r & 1];
-		__m256		acc[8];
-
-		if (r + 1 < n_rows)
-			MM_NAME(row_scales) (nb, w + (size_t) (r + 1) * w_stride, sizeof(opus_block_q5_0),
-								 xs, sc[(r + 1) & 1]);
-		_Pragma("GCC unroll 8")
-		for (int c = 0; c < C; c++)
-			acc[c] = _mm256_setzero_ps();
-		for (int b = 0; b < nb; b++)
-		{
-			__m256i		wq = MM_NAME(q5_0_quants) (&wr[b]);
-			__m256i		wa = _mm256_sign_epi8(wq, wq);
-			const float *scb = scr + b * 8;
-
-			_Pragma("GCC unroll 8")
-			for (int c = 0; c < C; c++)
-			{
-				__m256		p = _mm256_cvtepi32_ps(MM_DOT(wa, _mm256_sign_epi8(xr[b * 8 + c], wq)));
-
-				acc[c] = _mm256_fmadd_ps(_mm256_broadcast_ss(scb + c), p, acc[c]);
-			}
-		}
-		MM_NAME(store) (C, out + (size_t) r * 8, MM_NAME(reduce) (C, acc));
-	}
+		MM_NAME(s8_direct) (1, OPUS_TYPE_Q5_0, nb, n_rows - r, w + (size_t) r * w_stride, w_stride,
+							x, 0, xs, out + (size_t) r * 8);
 }
 
 static inline __attribute__((always_inline)) void
@@ -688,11 +630,11 @@ MM_NAME(q5_0_rows) (const int C, int nb, int n_rows,
 					const float *xs, float *out)
 {
 	if (C >= 6 && nb <= MM_MAX_NB)
-		MM_NAME(q5_0_scaled) (C, nb, n_rows, w, w_stride, x, x_stride, xs, out);
+		MM_NAME(s8_scaled) (C, OPUS_TYPE_Q5_0, nb, n_rows, w, w_stride, x, x_stride, xs, out);
 	else if (C == 1)
 		MM_NAME(q5_0_one) (nb, n_rows, w, w_stride, x, xs, out);
 	else
-		MM_NAME(q5_0_direct) (C, nb, n_rows, w, w_stride, x, x_stride, xs, out);
+		MM_NAME(s8_direct) (C, OPUS_TYPE_Q5_0, nb, n_rows, w, w_stride, x, x_stride, xs, out);
 }
 
 #define MM_INSTANCE(type, C) \
