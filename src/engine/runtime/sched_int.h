@@ -95,6 +95,7 @@ struct opus_sched
 	double		step_target_ms; /* prefill bound while decoding, 0 = off */
 	struct opus_stepcost cost;	/* measured step time by token count */
 	bool		prefill_lean;	/* the last step gave waiting prompts less than a block */
+	double		step_pairs;		/* attention pairs of the step being built (stepcost.h) */
 	double		step_ms;		/* measured step time (EWMA), 0 = unknown */
 	opus_event_fn cb;
 	void	   *user;
