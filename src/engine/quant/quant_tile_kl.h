@@ -211,6 +211,13 @@ TL_NAME(q5_K_row) (int64_t n, const opus_block_q5_K *a, int C, const uint8_t *x,
 		out[(size_t) t * ld] = tiled ? accs[t] : hsum_ps(acc[t]) + accs[t];
 }
 
+/* d of super-block i of token t (of C; t >= C: token C - 1) */
+static inline __attribute__((always_inline)) float
+TL_NAME(q8_K_d) (const uint8_t *x, size_t xst, int64_t i, int t, int C)
+{
+	return ((const opus_block_q8_K *) (x + (size_t) (t < C ? t : C - 1) * xst) + i)->d;
+}
+
 /*
  * Q4_K row w times tokens x .. x + (C - 1) * xst (Q8_K), C <= 8:
  * out[t * ld] = q4_K_vec_dot_avx2 (gemv false: chains stepping per 64-quant
@@ -224,16 +231,13 @@ static inline __attribute__((always_inline)) void
 TL_NAME(q4_K_row) (int64_t n, const opus_block_q4_K *a, int C, const uint8_t *x, size_t xst,
 				   float *out, int ld, bool gemv)
 {
-	const __m256i perm = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);
 	__m256		acc = _mm256_setzero_ps(),
 				accm = _mm256_setzero_ps();
 	int32_t		st[8][4] __attribute__((aligned(32))),
 				mt[8][4] __attribute__((aligned(32)));
-	float		xd[8] __attribute__((aligned(32)));
 
 	memset(st, 0, sizeof(st));
 	memset(mt, 0, sizeof(mt));
-	memset(xd, 0, sizeof(xd));
 	for (int64_t i = 0; i < n / OPUS_QK_K; i++)
 	{
 		struct TL_NAME(kl_block) u;
@@ -269,13 +273,15 @@ TL_NAME(q4_K_row) (int64_t n, const opus_block_q4_K *a, int C, const uint8_t *x,
 			m = _mm256_madd_epi16(u.off, load256(b->bsums));
 			m = _mm256_permute4x64_epi64(_mm256_hadd_epi32(m, m), 0xD8);
 			_mm_store_si128((__m128i *) mt[t], _mm256_castsi256_si128(m));
-			xd[t] = b->d;
 		}
 		/* columns c of st/mt, lanes in token order 0,2,4,6,1,3,5,7 */
 		for (int k = 0; k < 4; k++)
 		{
-			r[k] = _mm256_load_si256((const __m256i *) st[2 * k]);
-			mv[k] = _mm256_load_si256((const __m256i *) mt[2 * k]);
+			/* two 16-byte loads, as stored (a 32-byte one would wait for both stores) */
+			r[k] = _mm256_set_m128i(_mm_load_si128((const __m128i *) st[2 * k + 1]),
+									_mm_load_si128((const __m128i *) st[2 * k]));
+			mv[k] = _mm256_set_m128i(_mm_load_si128((const __m128i *) mt[2 * k + 1]),
+									 _mm_load_si128((const __m128i *) mt[2 * k]));
 		}
 		lo[0] = _mm256_unpacklo_epi32(r[0], r[1]);
 		hi[0] = _mm256_unpackhi_epi32(r[0], r[1]);
@@ -293,7 +299,15 @@ TL_NAME(q4_K_row) (int64_t n, const opus_block_q4_K *a, int C, const uint8_t *x,
 		mv[1] = _mm256_unpackhi_epi64(lo[2], lo[3]);
 		mv[2] = _mm256_unpacklo_epi64(hi[2], hi[3]);
 		mv[3] = _mm256_unpackhi_epi64(hi[2], hi[3]);
-		dxp = _mm256_permutevar8x32_ps(_mm256_load_ps(xd), perm);
+		/*
+		 * The tokens' d in the same lane order, read from their blocks
+		 * (stored one by one and loaded as a vector, they would wait for
+		 * the stores); lanes past C repeat token C - 1 and are not used.
+		 */
+		dxp = _mm256_setr_ps(TL_NAME(q8_K_d) (x, xst, i, 0, C), TL_NAME(q8_K_d) (x, xst, i, 2, C),
+							 TL_NAME(q8_K_d) (x, xst, i, 4, C), TL_NAME(q8_K_d) (x, xst, i, 6, C),
+							 TL_NAME(q8_K_d) (x, xst, i, 1, C), TL_NAME(q8_K_d) (x, xst, i, 3, C),
+							 TL_NAME(q8_K_d) (x, xst, i, 5, C), TL_NAME(q8_K_d) (x, xst, i, 7, C));
 		dv = _mm256_mul_ps(_mm256_set1_ps(u.d), dxp);
 		dmv = _mm256_mul_ps(_mm256_set1_ps(u.dmin), dxp);
 		if (gemv)
