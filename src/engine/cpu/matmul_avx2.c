@@ -123,7 +123,8 @@ mm_dot_vnni256(__m256i w, __m256i x)
  * Per call the tokens' quants are interleaved by pairs into xp (and for Q8_0
  * the per-lane correction -128 * sum(x) of the offset-binary weights: the
  * weight bytes get 128 added so that vpdpbusd's unsigned operand can hold
- * them, and the accumulator starts at the correction instead of zero).
+ * them, and the accumulator starts at the correction instead of zero; for
+ * Q5_0 likewise -16 * sum(x), its quants taken unsigned, 0..31).
  * Each weight row's scales d_w * d_x for the 8 tokens are computed one row
  * ahead and read as pairs with a 64-bit broadcast.
  */
@@ -133,21 +134,25 @@ mm_dot_vnni256(__m256i w, __m256i x)
 struct mm_z512_buf
 {
 	__m512i		xp[MM_MAX_NB * 4];	/* [b][pair] interleaved quants */
-	__m512i		corr[MM_MAX_NB * 4];	/* Q8_0: [b][pair] accumulator start */
+	__m512i		corr[MM_MAX_NB * 4];	/* Q8_0, Q5_0: [b][pair] accumulator start */
 	float		sc[2][MM_MAX_NB * 8] __attribute__((aligned(64)));
 };
 
 /* each thread's own (72 KiB: too much for some thread stacks) */
 static _Thread_local struct mm_z512_buf z512_buf;
 
-/* Interleave tokens 2p and 2p + 1 of block b (tokens >= C read as zeros). */
+/*
+ * Interleave tokens 2p and 2p + 1 of block b (tokens >= C read as zeros);
+ * with an offset (Q8_0: 128, Q5_0: 16) also the accumulator start
+ * -offset * (each lane's sum of x).
+ */
 static inline void
 z512_gather(int C, int nb, const uint8_t *x, size_t x_stride, size_t blk_bytes,
-			size_t qs_off, bool corr, struct mm_z512_buf *buf)
+			size_t qs_off, int offset, struct mm_z512_buf *buf)
 {
 	const __m512i il = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19,
 										 4, 20, 5, 21, 6, 22, 7, 23);
-	const __m512i b80 = _mm512_set1_epi8((char) 0x80);
+	const __m512i off = _mm512_set1_epi8((char) offset);
 
 	for (int b = 0; b < nb; b++)
 	{
@@ -163,9 +168,9 @@ z512_gather(int C, int nb, const uint8_t *x, size_t x_stride, size_t blk_bytes,
 				x1 = _mm256_loadu_si256((const __m256i *) (x + (size_t) (2 * p + 1) * x_stride + b * blk_bytes + qs_off));
 			v = _mm512_permutex2var_epi32(_mm512_castsi256_si512(x0), il, _mm512_castsi256_si512(x1));
 			buf->xp[b * 4 + p] = v;
-			if (corr)
+			if (offset)
 				buf->corr[b * 4 + p] = _mm512_sub_epi32(_mm512_setzero_si512(),
-														_mm512_dpbusd_epi32(_mm512_setzero_si512(), b80, v));
+														_mm512_dpbusd_epi32(_mm512_setzero_si512(), off, v));
 		}
 	}
 }
@@ -233,7 +238,7 @@ q4_1_z512(int C, int nb, int n_rows, const uint8_t *w, size_t w_stride,
 	const __m256i lowmask = _mm256_set1_epi8(0x0F);
 	const __m512i dup = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
 
-	z512_gather(C, nb, x, x_stride, sizeof(opus_block_q8_1), 4, false, buf);
+	z512_gather(C, nb, x, x_stride, sizeof(opus_block_q8_1), 4, 0, buf);
 	z512_scales(nb, w, sizeof(opus_block_q4_1), xs, buf->sc[0]);
 	for (int r = 0; r < n_rows; r++)
 	{
@@ -280,7 +285,7 @@ q8_0_z512(int C, int nb, int n_rows, const uint8_t *w, size_t w_stride,
 	const __m256i b80 = _mm256_set1_epi8((char) 0x80);
 	const __m512i dup = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
 
-	z512_gather(C, nb, x, x_stride, sizeof(opus_block_q8_0), 2, true, buf);
+	z512_gather(C, nb, x, x_stride, sizeof(opus_block_q8_0), 2, 128, buf);
 	z512_scales(nb, w, sizeof(opus_block_q8_0), xs, buf->sc[0]);
 	for (int r = 0; r < n_rows; r++)
 	{
@@ -315,6 +320,61 @@ q8_0_z512(int C, int nb, int n_rows, const uint8_t *w, size_t w_stride,
 	}
 }
 
+/*
+ * Q5_0 x Q8_0, 6..8 tokens, nb <= MM_MAX_NB: the quants as unsigned q
+ * (0..31: the low nibble, plus 16 where the block's bit is set, one masked
+ * add with qh as the byte mask), the accumulator starting at -16 * sum(x),
+ * so each lane is exactly the sum (q - 16) x of the sign trick.
+ */
+static void
+q5_0_z512(int C, int nb, int n_rows, const uint8_t *w, size_t w_stride,
+		  const uint8_t *x, size_t x_stride, const float *xs, float *out)
+{
+	struct mm_z512_buf *buf = &z512_buf;
+	const __m256i lowmask = _mm256_set1_epi8(0x0F);
+	const __m256i b10 = _mm256_set1_epi8(0x10);
+	const __m512i dup = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+
+	z512_gather(C, nb, x, x_stride, sizeof(opus_block_q8_0), 2, 16, buf);
+	z512_scales(nb, w, sizeof(opus_block_q5_0), xs, buf->sc[0]);
+	for (int r = 0; r < n_rows; r++)
+	{
+		const opus_block_q5_0 *wr = (const opus_block_q5_0 *) (w + (size_t) r * w_stride);
+		const float *scr = buf->sc[r & 1];
+		__m512		acc[4];
+
+		if (r + 1 < n_rows)
+			z512_scales(nb, w + (size_t) (r + 1) * w_stride, sizeof(opus_block_q5_0), xs,
+						buf->sc[(r + 1) & 1]);
+		z512_prefetch(w + (size_t) (r + 8) * w_stride, w_stride);
+		_Pragma("GCC unroll 4")
+		for (int p = 0; p < 4; p++)
+			acc[p] = _mm512_setzero_ps();
+		for (int b = 0; b < nb; b++)
+		{
+			__m128i		q = _mm_loadu_si128((const __m128i *) wr[b].qs);
+			uint32_t	qh;
+			__m256i		wu;
+			__m512i		wz;
+			const float *scb = scr + b * 8;
+
+			memcpy(&qh, wr[b].qh, sizeof(qh));
+			wu = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), lowmask);
+			wu = _mm256_mask_add_epi8(wu, (__mmask32) qh, wu, b10);
+			wz = _mm512_permutexvar_epi32(dup, _mm512_castsi256_si512(wu));
+			_Pragma("GCC unroll 4")
+			for (int p = 0; p < 4; p++)
+			{
+				__m512		v = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(buf->corr[b * 4 + p], wz,
+																		buf->xp[b * 4 + p]));
+
+				acc[p] = _mm512_fmadd_ps(z512_scale_pair(scb, p), v, acc[p]);
+			}
+		}
+		z512_finish(C, acc, _mm256_setzero_ps(), out + (size_t) r * 8);
+	}
+}
+
 #define Z512_INSTANCE(type, C) \
 static void \
 type##_z512_##C(int nb, int n_rows, const uint8_t *w, size_t ws, \
@@ -328,6 +388,7 @@ type##_z512_##C(int nb, int n_rows, const uint8_t *w, size_t ws, \
 
 Z512_INSTANCE(q4_1, 6) Z512_INSTANCE(q4_1, 7) Z512_INSTANCE(q4_1, 8)
 Z512_INSTANCE(q8_0, 6) Z512_INSTANCE(q8_0, 7) Z512_INSTANCE(q8_0, 8)
+Z512_INSTANCE(q5_0, 6) Z512_INSTANCE(q5_0, 7) Z512_INSTANCE(q5_0, 8)
 #undef Z512_INSTANCE
 
 #pragma GCC pop_options
@@ -362,6 +423,7 @@ opus_mm_rows_avx2(enum opus_qtype wtype, int C, bool allow_vnni)
 	bool		use_512 = allow_vnni && cpu_has_avx512vnni() && getenv("OPUS_NO_AVX512") == NULL;
 	static const opus_mm_rows_fn q4_1_z512[3] = {q4_1_z512_6, q4_1_z512_7, q4_1_z512_8};
 	static const opus_mm_rows_fn q8_0_z512[3] = {q8_0_z512_6, q8_0_z512_7, q8_0_z512_8};
+	static const opus_mm_rows_fn q5_0_z512[3] = {q5_0_z512_6, q5_0_z512_7, q5_0_z512_8};
 
 	if (C < 1 || C > 8)
 		return NULL;
@@ -381,6 +443,8 @@ opus_mm_rows_avx2(enum opus_qtype wtype, int C, bool allow_vnni)
 			return use_vnni ? q4_0_table_vnni[C - 1] : use_512 ? q4_0_table_vnni256[C - 1] :
 				q4_0_table_avx2[C - 1];
 		case OPUS_TYPE_Q5_0:
+			if (use_512 && C >= 6)
+				return q5_0_z512[C - 6];
 			return use_vnni ? q5_0_table_vnni[C - 1] : use_512 ? q5_0_table_vnni256[C - 1] :
 				q5_0_table_avx2[C - 1];
 		default:
