@@ -50,6 +50,14 @@ build/unit/test_scheduler: test/unit/test_scheduler.c $(SCHED_UNIT_OBJS) test/un
 	@mkdir -p $(dir $@)
 	$(ENGINE_CC) $(ENGINE_CFLAGS_BASE) -iquote test/unit $(ENGINE_SAN) $< $(SCHED_UNIT_OBJS) -o $@ $(ENGINE_LIBS)
 
+# test_attend compares the AVX2 attention with the plain one as built for
+# the engine (-O2): its cpu and quant objects are the optimised ones (an
+# inlining the sanitizer build did not show once gave wrong bits at -O2).
+ATTEND_UNIT_OBJS := $(foreach o,$(ENGINE_SAN_OBJS),$(if $(filter build/engine-san/cpu/% build/engine-san/quant/%,$(o)),$(patsubst build/engine-san/%,build/engine/%,$(o)),$(o)))
+build/unit/test_attend: test/unit/test_attend.c $(ATTEND_UNIT_OBJS) test/unit/unit.h
+	@mkdir -p $(dir $@)
+	$(ENGINE_CC) $(ENGINE_CFLAGS_BASE) -iquote test/unit $(ENGINE_SAN) $< $(ATTEND_UNIT_OBJS) -o $@ $(ENGINE_LIBS)
+
 # The include rules between the engine's folders (src/engine/README.md):
 # each folder's README.md `may include:` line against every #include.
 check-layers:

@@ -186,6 +186,54 @@ scores8(const float *q, const uint16_t *kb, int bs, int hd, bool gemm, __m256 *a
 }
 
 /*
+ * sc[h] = tree64_lanes(acc[h]) for h < n_h.  Kept out of line: inlined
+ * into attend_n, the first head's scores for n_h >= 2 came out wrong with
+ * GCC 12.2 at -O1 and -O2 (right at -O0, with -fno-tree-dominator-opts,
+ * and with clang); the cause was not found.
+ */
+static __attribute__((noinline)) void
+scores8_reduce(int n_h, __m256 (*acc)[64], float (*sc)[8])
+{
+	for (int h = 0; h < n_h; h++)
+		_mm256_storeu_ps(sc[h], tree64_lanes(acc[h]));
+}
+
+/*
+ * scores8's vec_dot form (hd a multiple of 64 above 64) for the NH heads
+ * at once: each 8-position vector of K is converted from F16 once and
+ * multiplied by every head's query; per head the same chains in the same
+ * order, so the same bits as NH calls of scores8.  sc[h] gets head h's
+ * 8 scores (before scaling).
+ */
+static inline __attribute__((always_inline)) void
+scores8_heads(const int NH, const float *q, const uint16_t *kb, int bs, int hd,
+			  __m256 (*acc)[64], float (*sc)[8])
+{
+	const int	np = hd & ~63;
+
+	for (int i = 0; i < 64; i++)
+	{
+		__m256		a[3];
+
+		_Pragma("GCC unroll 3")
+		for (int h = 0; h < NH; h++)
+			a[h] = _mm256_setzero_ps();
+		for (int d = i; d < np; d += 64)
+		{
+			__m256		k = cvt8(kb + (size_t) d * bs);
+
+			_Pragma("GCC unroll 3")
+			for (int h = 0; h < NH; h++)
+				a[h] = _mm256_fmadd_ps(_mm256_broadcast_ss(q + (size_t) h * hd + d), k, a[h]);
+		}
+		_Pragma("GCC unroll 3")
+		for (int h = 0; h < NH; h++)
+			acc[h][i] = a[h];
+	}
+	scores8_reduce(NH, acc, sc);
+}
+
+/*
  * Output dimensions dc .. dc + 8 NV of NH heads: accumulator j (of M)
  * sums the positions p = j mod M in order (fused); the accumulators are
  * then combined per dimension as ggml_vec_dot_f16 (M = 64, tree64) or
@@ -262,6 +310,7 @@ attend_n(const int NH, const struct opus_attn_args *a)
 	const bool	gemm = a->gemm;
 	const int	np = hd & ~63;		/* vec_dot: dimensions in whole 64-wide steps */
 	const int	M = gemm ? 16 : 64; /* output: accumulators over positions */
+	const bool	heads = !gemm && hd > 64;	/* scores of all heads at once (scores8_heads) */
 	const int	stride = (n_kv + 15) / 16 * 16;	/* per head in scores */
 	const __m256 scale = _mm256_set1_ps(a->scale);
 	float		qbuf[3 * 256];
@@ -288,13 +337,19 @@ attend_n(const int NH, const struct opus_attn_args *a)
 		for (int o = 0; o < cnt; o += 8)
 		{
 			int			m = cnt - o < 8 ? cnt - o : 8;
+			float		sc[3][8];
 
+			if (heads)
+				scores8_heads(NH, qbuf, kb + o, bs, hd, part, sc);
 			for (int h = 0; h < NH; h++)
 			{
 				const float *qh = qbuf + (size_t) h * hd;
 				float		tmp[8];
 
-				_mm256_storeu_ps(tmp, scores8(qh, kb + o, bs, hd, gemm, acc));
+				if (heads)
+					memcpy(tmp, sc[h], sizeof(tmp));
+				else
+					_mm256_storeu_ps(tmp, scores8(qh, kb + o, bs, hd, gemm, acc));
 				if (!gemm && np < hd)
 				{
 					/* vec_dot's tail of hd % 64 products, added in double */
